@@ -1,0 +1,79 @@
+"""The model section of the trainer config: a decoder-only LM, dense or mixture-of-experts."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from tpujob_plan.model_shape import ModelShape
+
+Remat = Literal["auto", "none", "minimal", "full"]
+
+
+class _Frozen(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class MoEConfig(_Frozen):
+    """Mixture-of-experts layers. `num_experts: 0` keeps every layer dense."""
+
+    num_experts: int = Field(0, ge=0, description="Routed experts per MoE layer; 0 = dense model.")
+    experts_per_token: int = Field(2, ge=1, description="Top-k: routed experts each token uses.")
+    num_shared_experts: int = Field(0, ge=0, description="Experts every token passes through.")
+    mlp_dim: int | None = Field(None, ge=1, description="Hidden size of one expert; default: model.mlp_dim.")
+    every: int = Field(1, ge=1, description="Every k-th layer (after the first dense ones) is MoE.")
+    first_dense_layers: int = Field(0, ge=0, description="Leading layers kept dense.")
+    capacity_factor: float = Field(1.25, gt=0, description="Expert capacity as a multiple of the even share of tokens.")
+    load_balance_weight: float = Field(0.01, ge=0, description="Weight of the load-balancing loss.")
+
+    @model_validator(mode="after")
+    def _top_k_fits(self) -> MoEConfig:
+        if self.num_experts and self.experts_per_token > self.num_experts:
+            raise ValueError(
+                f"moe.experts_per_token ({self.experts_per_token}) must be <= moe.num_experts "
+                f"({self.num_experts})")
+        return self
+
+
+class ModelConfig(_Frozen):
+    """A decoder-only LM: RMSNorm, RoPE, grouped-query attention, SwiGLU MLP, optional MoE."""
+
+    vocab_size: int = Field(256, ge=1, description="Vocabulary size (256 for the built-in byte tokenizer).")
+    d_model: int = Field(256, ge=1, description="Embedding (model) width.")
+    n_layers: int = Field(4, ge=1, description="Decoder layers.")
+    n_heads: int = Field(4, ge=1, description="Query heads.")
+    n_kv_heads: int = Field(4, ge=1, description="Key/value heads (grouped-query attention); divides n_heads.")
+    head_dim: int = Field(64, ge=1, description="Width of one attention head.")
+    mlp_dim: int = Field(1024, ge=1, description="SwiGLU hidden size of a dense layer.")
+    tie_embeddings: bool = Field(False, description="Share the input embedding with the output layer.")
+    rope_theta: float = Field(10000.0, gt=0, description="RoPE base frequency.")
+    norm_eps: float = Field(1e-6, gt=0, description="RMSNorm epsilon.")
+    moe: MoEConfig = Field(default_factory=MoEConfig, description="Mixture-of-experts layers.")
+    remat: Remat = Field("auto", description="Rematerialization: none, minimal, full, or auto "
+                         "(the least recomputation that fits device memory).")
+    dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="Activation (compute) dtype.")
+    param_dtype: Literal["float32", "bfloat16"] = Field("float32", description="Parameter dtype.")
+
+    @model_validator(mode="after")
+    def _heads_group(self) -> ModelConfig:
+        if self.n_heads % self.n_kv_heads:
+            raise ValueError(
+                f"model.n_kv_heads ({self.n_kv_heads}) must divide model.n_heads ({self.n_heads})")
+        if self.moe.first_dense_layers > self.n_layers:
+            raise ValueError(
+                f"model.moe.first_dense_layers ({self.moe.first_dense_layers}) must be <= "
+                f"model.n_layers ({self.n_layers})")
+        return self
+
+    def to_shape(self) -> ModelShape:
+        """The dimensions the planner counts parameters, FLOPs and memory from."""
+        return ModelShape(
+            vocab_size=self.vocab_size, d_model=self.d_model, n_layers=self.n_layers,
+            n_heads=self.n_heads, n_kv_heads=self.n_kv_heads, head_dim=self.head_dim,
+            mlp_dim=self.mlp_dim, tie_embeddings=self.tie_embeddings,
+            num_experts=self.moe.num_experts,
+            experts_per_token=self.moe.experts_per_token if self.moe.num_experts else 0,
+            num_shared_experts=self.moe.num_shared_experts,
+            moe_mlp_dim=self.moe.mlp_dim or self.mlp_dim, moe_every=self.moe.every,
+            first_dense_layers=self.moe.first_dense_layers)
