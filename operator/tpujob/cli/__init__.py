@@ -1,0 +1,1 @@
+"""The `tpujob` command line."""

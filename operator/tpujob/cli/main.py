@@ -1,0 +1,33 @@
+"""Entry point of the `tpujob` command: one subcommand per module, registered in COMMANDS."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# Subcommand name -> module that defines `register(subparsers)`; the parser it registers sets
+# `func(args) -> int`. A command module keeps heavy imports inside its handler, so that one
+# command's dependencies never slow another down.
+COMMANDS: dict[str, str] = {
+    "plan": "tpujob.cli.plan_cmd",
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="tpujob", description="Run JAX training on Google Cloud TPU slices.")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
+    subparsers.required = True
+    for module_name in COMMANDS.values():
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Shared test support: fixtures and servers the suites start."""
