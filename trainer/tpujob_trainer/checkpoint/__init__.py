@@ -1,0 +1,283 @@
+"""Checkpoints: Orbax, async, every N steps and at the end, keep last K, local or `gs://`.
+
+Layout of `<directory>/<step>/`: `state/` (the train-state pytree, OCDBT/tensorstore, every
+process writing its own shards), `data/metadata` (the data position, JSON), `_CHECKPOINT_METADATA`,
+and on GCS `commit_success.txt`. A step is *complete* when all of those exist and the JSON parses;
+`latest_step()` and `restore()` skip anything else, and `restore()` also falls back past a
+complete-looking step whose arrays cannot be read.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import fsspec
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+
+from tpujob_trainer.config.checkpoint import CheckpointConfig
+
+log = logging.getLogger(__name__)
+
+STATE, DATA = "state", "data"
+_COMMIT_FILE = "commit_success.txt"
+_REQUIRED = ("_CHECKPOINT_METADATA", f"{STATE}/_METADATA", f"{DATA}/metadata")
+
+
+class CheckpointError(Exception):
+    """No usable checkpoint where one was asked for, or a state that cannot be saved."""
+
+
+def _is_remote(directory: str) -> bool:
+    return "://" in directory and not directory.startswith("file://")
+
+
+def _agree_all(ok: bool) -> bool:
+    """True only if `ok` on every process (so processes never take different fallback paths)."""
+    if jax.process_count() == 1:
+        return ok
+    from jax.experimental import multihost_utils
+    return bool(np.all(multihost_utils.process_allgather(np.array([ok]))))
+
+
+def _broadcast_int(value: int) -> int:
+    if jax.process_count() == 1:
+        return value
+    from jax.experimental import multihost_utils
+    return int(multihost_utils.broadcast_one_to_all(np.array(value, np.int64)))
+
+
+def _non_global_leaves(tree) -> list[str]:
+    bad = []
+    for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        if not isinstance(leaf, jax.Array):
+            bad.append(f"{jax.tree_util.keystr(path)} ({type(leaf).__name__})")
+    return bad
+
+
+class StepDirs:
+    """Which `<directory>/<step>` folders exist and which are complete (a plain file listing)."""
+
+    def __init__(self, directory: str):
+        self.directory = directory.rstrip("/")
+        self.fs, self.root = fsspec.core.url_to_fs(self.directory)
+        self.remote = _is_remote(directory)
+
+    def _refresh(self) -> None:
+        self.fs.invalidate_cache()
+
+    def all_steps(self) -> list[int]:
+        self._refresh()
+        if not self.fs.exists(self.root):
+            return []
+        names = [p.rstrip("/").rsplit("/", 1)[-1] for p in self.fs.ls(self.root, detail=False)]
+        return sorted(int(n) for n in names if n.isdigit())
+
+    def why_incomplete(self, step: int) -> str | None:
+        """None if the step is complete, else the reason it is not."""
+        d = f"{self.root}/{step}"
+        required = _REQUIRED + ((_COMMIT_FILE,) if self.remote else ())
+        missing = [r for r in required if not self.fs.exists(f"{d}/{r}")]
+        if missing:
+            return f"missing {', '.join(missing)} (the save did not finish)"
+        for name in ("_CHECKPOINT_METADATA", f"{DATA}/metadata"):
+            try:
+                json.loads(self.fs.cat_file(f"{d}/{name}"))
+            except (ValueError, OSError) as e:
+                return f"{name} is unreadable ({e})"
+        return None
+
+    def complete_steps(self, *, quiet: bool = False) -> list[int]:
+        steps = []
+        for s in self.all_steps():
+            why = self.why_incomplete(s)
+            if why is None:
+                steps.append(s)
+            elif not quiet:
+                log.warning("checkpoint %s/%d is incomplete: %s; skipping it", self.directory, s, why)
+        return steps
+
+    def remove(self, step: int) -> None:
+        d = f"{self.root}/{step}"
+        self._refresh()
+        if self.fs.exists(d):
+            self.fs.rm(d, recursive=True)
+        self._refresh()
+
+
+class Checkpointer:
+    """Saves and restores (train state, data position) with Orbax's CheckpointManager.
+
+    `save()` starts an async save and returns once the arrays are copied off the device;
+    `last_save_blocking_s` says how long that took. All processes must call every method.
+    """
+
+    def __init__(self, cfg: CheckpointConfig, directory: str):
+        self.cfg, self.directory = cfg, directory.rstrip("/")
+        self._dirs = StepDirs(self.directory)
+        self._pending = False
+        self._last_saved: int | None = None
+        self.last_save_blocking_s: float | None = None
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=cfg.keep, save_interval_steps=1, create=cfg.enabled,
+            enable_async_checkpointing=cfg.async_save, read_only=not cfg.enabled)
+        self._manager = ocp.CheckpointManager(
+            self.directory, options=options, item_names=(STATE, DATA))
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def complete_steps(self) -> list[int]:
+        """Steps of every complete checkpoint, oldest first."""
+        return self._dirs.complete_steps(quiet=True)
+
+    def latest_step(self) -> int | None:
+        """The newest complete checkpoint's step (the same on every process), or None."""
+        steps = self._dirs.complete_steps() if jax.process_index() == 0 else []
+        step = _broadcast_int(steps[-1] if steps else -1)
+        return None if step < 0 else step
+
+    def restore(self, abstract_state, step: int | None = None) -> tuple[Any, dict, int]:
+        """(state, data position, step) from `step`, or else the newest checkpoint that reads back.
+
+        `abstract_state` holds jax.ShapeDtypeStruct leaves with shardings: arrays are read
+        straight into their shards, never into a second full copy. Without `step`, a newest
+        checkpoint that is incomplete or unreadable is skipped (logged) for the one before it.
+        """
+        self.wait()
+        if step is not None:
+            candidates = [step]
+        else:
+            candidates = self._dirs.complete_steps() if jax.process_index() == 0 else []
+            n = _broadcast_int(len(candidates))
+            candidates = [_broadcast_int(candidates[-1 - i] if i < len(candidates) else -1)
+                          for i in range(n)]
+        if not candidates:
+            raise CheckpointError(f"no complete checkpoint in {self.directory}")
+        args = ocp.args.Composite(**{STATE: ocp.args.StandardRestore(abstract_state),
+                                     DATA: ocp.args.JsonRestore()})
+        errors = []
+        for s in candidates:
+            restored, err = None, None
+            try:
+                restored = self._manager.restore(s, args=args)
+            except Exception as e:  # any failure to read: try the previous checkpoint
+                err = e
+            if _agree_all(err is None):
+                if s != candidates[0]:
+                    self._drop_newer_than(s)
+                return restored[STATE], dict(restored[DATA] or {}), s
+            errors.append(f"step {s}: {err or 'unreadable on another process'}")
+            if step is not None:
+                break
+            log.warning("checkpoint %s/%d could not be restored (%s); trying the previous one",
+                        self.directory, s, err or "failed on another process")
+        raise CheckpointError(f"no checkpoint in {self.directory} could be restored: "
+                              + "; ".join(errors))
+
+    def _drop_newer_than(self, step: int) -> None:
+        """Remove unusable checkpoints newer than the one resumed from: the run rewrites them."""
+        if jax.process_index() == 0:
+            for s in self._dirs.all_steps():
+                if s > step:
+                    log.warning("removing unusable checkpoint %s/%d (the resumed run from step "
+                                "%d will write it again)", self.directory, s, step)
+                    self._dirs.remove(s)
+        if jax.process_count() > 1:
+            from jax.experimental import multihost_utils
+            multihost_utils.sync_global_devices("tpujob_checkpoint_drop_newer")
+        self._manager.reload()
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def should_save(self, step: int, *, force: bool = False) -> bool:
+        return (self.cfg.enabled and step != self._last_saved
+                and (force or step % self.cfg.every == 0))
+
+    def save(self, step: int, state, data_state: dict, *, force: bool = False) -> bool:
+        """Save at multiples of `every` (or any step with force); False if nothing was saved.
+
+        Every leaf of `state` must be a global jax.Array (put scalars on the mesh first).
+        """
+        if not self.should_save(step, force=force):
+            return False
+        bad = _non_global_leaves(state)
+        if bad:
+            raise CheckpointError(
+                "every leaf of the saved state must be a jax.Array placed on the mesh; these are "
+                f"not: {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}")
+        if step in self._manager.all_steps():
+            if self._dirs.why_incomplete(step) is None:
+                self._last_saved = step
+                return False  # already saved (e.g. resumed from it and saving again at the end)
+        self._clear_leftover(step)
+        data_json = json.loads(json.dumps(data_state))  # fail here, not in the background
+        t0 = time.perf_counter()
+        saved = self._manager.save(step, args=ocp.args.Composite(**{
+            STATE: ocp.args.StandardSave(state), DATA: ocp.args.JsonSave(data_json)}), force=True)
+        self.last_save_blocking_s = time.perf_counter() - t0
+        if saved:
+            self._last_saved, self._pending = step, True
+            log.info("checkpoint step %d: save started, blocked %.3fs", step,
+                     self.last_save_blocking_s)
+        if not self.cfg.async_save:
+            self.wait()
+        return bool(saved)
+
+    def _clear_leftover(self, step: int) -> None:
+        """A folder for `step` left by an interrupted save would collide with the new one."""
+        if jax.process_index() == 0:
+            d = f"{self._dirs.root}/{step}"
+            self._dirs._refresh()
+            if self._dirs.fs.exists(d):
+                log.warning("removing incomplete checkpoint %s/%d before saving it again",
+                            self.directory, step)
+                self._dirs.remove(step)
+
+    def wait(self) -> None:
+        """Block until the pending save (if any) is complete on storage; free when none is."""
+        if self._pending:
+            t0 = time.perf_counter()
+            self._manager.wait_until_finished()
+            self._pending = False
+            log.info("checkpoint: pending save finished after waiting %.3fs",
+                     time.perf_counter() - t0)
+
+    def close(self) -> None:
+        self.wait()
+        self._manager.close()
+
+
+def restore_params(directory: str, abstract_params, *, step: int | None = None,
+                   key: str = "params") -> tuple[Any, int]:
+    """Only `state[key]` (the parameters) of a checkpoint, e.g. another run's, into sharded targets.
+
+    The optimizer state and data position in that checkpoint are not read. Returns (params, step).
+    """
+    dirs = StepDirs(directory)
+    if step is None:
+        steps = dirs.complete_steps() if jax.process_index() == 0 else []
+        step = _broadcast_int(steps[-1] if steps else -1)
+        if step < 0:
+            raise CheckpointError(
+                f"checkpoint.init_params_from: no complete checkpoint in {directory}")
+    manager = ocp.CheckpointManager(
+        directory, options=ocp.CheckpointManagerOptions(read_only=True), item_names=(STATE, DATA))
+    target = {key: abstract_params}
+    try:
+        restored = manager.restore(step, args=ocp.args.Composite(**{STATE: ocp.args.PyTreeRestore(
+            item=target, restore_args=ocp.checkpoint_utils.construct_restore_args(target),
+            partial_restore=True)}))
+    except Exception as e:
+        raise CheckpointError(
+            f"checkpoint.init_params_from: cannot read {key!r} of step {step} in {directory}: {e}"
+        ) from e
+    finally:
+        manager.close()
+    return restored[STATE][key], step
+
+
+__all__ = ["CheckpointConfig", "CheckpointError", "Checkpointer", "restore_params"]

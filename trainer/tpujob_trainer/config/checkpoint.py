@@ -1,0 +1,24 @@
+"""The checkpoint section of the trainer config: Orbax checkpoints and resume (pure pydantic)."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class CheckpointConfig(BaseModel):
+    """Checkpoints under `<output>/checkpoints`, local or `gs://`: every N steps and at the end."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = Field(True, description="Save checkpoints and resume from the newest complete one.")
+    every: int = Field(100, ge=1, description="Steps between checkpoints (a save at every multiple of it).")
+    keep: int = Field(3, ge=1, description="Keep the last K complete checkpoints; older ones are deleted.")
+    async_save: bool = Field(
+        True, description="Write in the background: save() blocks only to copy arrays off the device.")
+    resume: bool = Field(True, description="On start, resume from the newest complete checkpoint in the output.")
+    init_params_from: str | None = Field(
+        None,
+        description="A checkpoint directory (local or gs://) of another run to load the parameters "
+        "from when there is nothing to resume; optimizer state starts fresh.")
+    init_params_step: int | None = Field(
+        None, ge=0, description="Step of `init_params_from` to load; default: its newest complete one.")
