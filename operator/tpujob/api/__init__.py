@@ -1,0 +1,56 @@
+"""The TpuTrainingJob API (group tpujob.dev, version v1alpha1): pydantic models of the spec and
+status, the loader that names bad fields, and the CRD generated from them (`tpujob.api.crd`)."""
+
+from tpujob.api.base import format_errors
+from tpujob.api.resource import (
+    API_VERSION,
+    CRD_NAME,
+    GROUP,
+    KIND,
+    PLURAL,
+    SHORT_NAMES,
+    VERSION,
+    InvalidJobError,
+    TpuTrainingJob,
+    load_job,
+    load_spec,
+)
+from tpujob.api.spec import (
+    DataFormat,
+    DataSpec,
+    EnvVar,
+    MeshAxis,
+    Parallelism,
+    Resources,
+    RestartPolicy,
+    Scheduling,
+    SecretKeyRef,
+    StallAction,
+    TpuTrainingJobSpec,
+    TrainerSpec,
+    WandbMode,
+    WandbSpec,
+)
+from tpujob.api.status import (
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    Failure,
+    FailureReason,
+    Phase,
+    Progress,
+    SliceStatus,
+    TpuTrainingJobStatus,
+    build_conditions,
+    find_condition,
+)
+
+__all__ = [
+    "API_VERSION", "CRD_NAME", "GROUP", "KIND", "PLURAL", "SHORT_NAMES", "VERSION",
+    "Condition", "ConditionStatus", "ConditionType", "DataFormat", "DataSpec", "EnvVar",
+    "Failure", "FailureReason", "InvalidJobError", "MeshAxis", "Parallelism", "Phase",
+    "Progress", "Resources", "RestartPolicy", "Scheduling", "SecretKeyRef", "SliceStatus",
+    "StallAction", "TpuTrainingJob", "TpuTrainingJobSpec", "TpuTrainingJobStatus",
+    "TrainerSpec", "WandbMode", "WandbSpec", "build_conditions", "find_condition",
+    "format_errors", "load_job", "load_spec",
+]

@@ -1,0 +1,365 @@
+"""The desired state of a TpuTrainingJob: which TPU slice, which image and trainer config, how the
+device mesh is split, where output goes, and how the run is scheduled, restarted and watched.
+
+Checks here are syntactic and local to the spec (what the CRD schema and its CEL rules also
+enforce at `kubectl apply`). Whether a slice size exists, whether the mesh fits the topology and
+whether the model fits in HBM are the operator's checks, made before anything is launched."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import ConfigDict, Field, field_validator, model_validator
+
+from tpujob.api.base import ApiModel, Quantity
+from tpujob.api.schema import cel_extra, cel_rule
+
+# Syntax only: a generation prefix and either a size (`v6e-16`) or a topology (`v5p-4x4x4`).
+SLICE_PATTERN = r"^(v4|v5e|v5litepod|v5p|v6e|tpu7x)-([1-9][0-9]*|[1-9][0-9]*x[1-9][0-9]*(x[1-9][0-9]*)?)$"
+MACHINE_TYPE_PATTERN = r"^[a-z][a-z0-9]*(-[a-z0-9]+)+$"
+# A `gs://bucket[/prefix]`, an absolute path, or a relative path without a URL scheme.
+OUTPUT_PATTERN = r"^(gs://[a-z0-9][a-z0-9._-]{1,220}[a-z0-9](/[^\s]*)?|/[^\s]*|[A-Za-z0-9._-][^\s:]*)$"
+OVERRIDE_PATTERN = r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*=.*$"
+DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
+ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+
+# The operator sets these itself to wire the JAX processes together; a user value would break it.
+RESERVED_ENV_PREFIX = "TPUJOB_"
+RESERVED_ENV_NAMES = ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES")
+# The one resource the operator derives from the slice; users must not request it by hand.
+TPU_RESOURCE = "google.com/tpu"
+
+
+class MeshAxis(StrEnum):
+    """Logical device-mesh axes, in the order the mesh is laid out (MaxText's names)."""
+
+    DATA = "data"
+    FSDP = "fsdp"
+    CONTEXT = "context"
+    TENSOR = "tensor"
+    EXPERT = "expert"
+
+
+AxisSize = Annotated[int, Field(ge=-1)]
+
+
+def _check_axes(axes: dict[MeshAxis, int]) -> dict[MeshAxis, int]:
+    zero = [a.value for a, s in axes.items() if s == 0]
+    if zero:
+        raise ValueError(f"axis {', '.join(zero)} has size 0; sizes are >= 1, or -1 for the "
+                         "one axis whose size is filled in")
+    filled = [a.value for a, s in axes.items() if s == -1]
+    if len(filled) > 1:
+        raise ValueError(f"at most one axis may be -1, got {', '.join(filled)}")
+    return axes
+
+
+AXES_DOC = ", ".join(a.value for a in MeshAxis)
+_AXIS_RULES = cel_extra(
+    cel_rule("self.all(k, self[k] != 0)",
+             "axis sizes are >= 1, or -1 for the one axis whose size is filled in"),
+    cel_rule("self.filter(k, self[k] == -1).size() <= 1", "at most one axis may be -1"),
+)
+
+
+class Parallelism(ApiModel):
+    """How the device mesh is split, MaxText-style: ICI axes inside a slice, DCN across slices."""
+
+    ici: dict[MeshAxis, AxisSize] = Field(
+        default_factory=dict, max_length=len(MeshAxis), json_schema_extra=_AXIS_RULES,
+        description=f"Axis -> size within one slice (axes: {AXES_DOC}). The product must equal "
+                    "the JAX devices of one slice; one axis may be -1 to take what is left. "
+                    "Empty: all devices on fsdp.")
+    dcn: dict[MeshAxis, AxisSize] = Field(
+        default_factory=dict, max_length=len(MeshAxis), json_schema_extra=_AXIS_RULES,
+        description=f"Axis -> size across slices over the data-center network (axes: "
+                    f"{AXES_DOC}). The product must equal spec.slices; one axis may be -1. "
+                    "Empty: all slices on data.")
+
+    @field_validator("ici", "dcn")
+    @classmethod
+    def _sizes(cls, axes: dict[MeshAxis, int]) -> dict[MeshAxis, int]:
+        return _check_axes(axes)
+
+
+class TrainerSpec(ApiModel):
+    """The program every JAX process runs: the built-in trainer with its config, or your own."""
+
+    model_config = ConfigDict(json_schema_extra=cel_extra(cel_rule(
+        "!has(self.command) || !has(self.overrides) || size(self.overrides) == 0",
+        "overrides apply to the built-in trainer only; with command set, pass settings in args",
+        ".overrides")))
+
+    config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="The built-in trainer's config (its own schema: model, train, checkpoint, "
+                    "...). Kept as written; the operator validates it against the trainer's "
+                    "schema before launching anything.")
+    overrides: list[Annotated[str, Field(pattern=OVERRIDE_PATTERN)]] = Field(
+        default_factory=list, max_length=256,
+        description="`key=value` overrides applied over config, dotted keys for nested "
+                    "settings (e.g. `train.steps=1000`).")
+    command: list[str] | None = Field(
+        None, min_length=1,
+        description="Bring your own trainer: the container command to run instead of the "
+                    "built-in trainer (e.g. MaxText). The operator still sizes and wires every "
+                    "JAX process. config and overrides must then be empty; use args.")
+    args: list[str] | None = Field(
+        None, description="Arguments to command (or to the image's entrypoint).")
+
+    @model_validator(mode="after")
+    def _own_trainer_takes_no_config(self) -> TrainerSpec:
+        if self.command is not None and (self.config or self.overrides):
+            raise ValueError("config and overrides apply to the built-in trainer only; with "
+                             "command set, pass settings in args")
+        return self
+
+
+class DataFormat(StrEnum):
+    """Where training data comes from."""
+
+    SYNTHETIC = "Synthetic"
+    TEXT = "Text"
+    JSONL = "JSONL"
+    TOKENS = "Tokens"
+
+
+class DataSpec(ApiModel):
+    """Training data. The operator hands it to the built-in trainer as its data settings."""
+
+    model_config = ConfigDict(json_schema_extra=cel_extra(cel_rule(
+        "!has(self.format) || self.format == 'Synthetic' || has(self.path)",
+        "path is required unless format is Synthetic", ".path")))
+
+    format: DataFormat = Field(
+        DataFormat.SYNTHETIC,
+        description="Synthetic (deterministic random tokens, no files), Text (plain text "
+                    "files), JSONL (one JSON document per line) or Tokens (pre-tokenized files).")
+    path: str | None = Field(
+        None, min_length=1, pattern=OUTPUT_PATTERN,
+        description="File, folder or glob under gs:// or a path in the container; required "
+                    "unless format is Synthetic.")
+    tokenizer: str | None = Field(
+        None, min_length=1,
+        description="Tokenizer file (gs:// or a path); default: the built-in byte tokenizer.")
+
+    @model_validator(mode="after")
+    def _path_when_files(self) -> DataSpec:
+        if self.format != DataFormat.SYNTHETIC and self.path is None:
+            raise ValueError(f"path is required when format is {self.format.value}")
+        return self
+
+
+class SecretKeyRef(ApiModel):
+    """A key of a Secret in the job's own namespace."""
+
+    name: str = Field(..., min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN,
+                      description="Name of the Secret (same namespace as the job).")
+    key: str = Field(..., min_length=1, max_length=253, pattern=SECRET_KEY_PATTERN,
+                     description="Key inside the Secret.")
+
+
+class WandbMode(StrEnum):
+    """Weights & Biases run modes (the values of WANDB_MODE)."""
+
+    ONLINE = "online"
+    OFFLINE = "offline"
+    DISABLED = "disabled"
+
+
+class WandbSpec(ApiModel):
+    """Weights & Biases logging from process 0. The API key comes only from a Secret."""
+
+    model_config = ConfigDict(json_schema_extra=cel_extra(cel_rule(
+        "(has(self.mode) && self.mode != 'online') || has(self.apiKeySecret)",
+        "apiKeySecret (a Secret name and key) is required when mode is online",
+        ".apiKeySecret")))
+
+    project: str = Field(..., min_length=1, description="W&B project.")
+    entity: str | None = Field(None, min_length=1, description="W&B entity (team or user).")
+    run_name: str | None = Field(None, min_length=1, description="Run name; default: the job name.")
+    tags: list[str] = Field(default_factory=list, description="Run tags.")
+    mode: WandbMode = Field(WandbMode.ONLINE, description="online, offline or disabled.")
+    api_key_secret: SecretKeyRef | None = Field(
+        None, description="Secret key holding the W&B API key; required when mode is online.")
+
+    @model_validator(mode="after")
+    def _key_when_online(self) -> WandbSpec:
+        if self.mode == WandbMode.ONLINE and self.api_key_secret is None:
+            raise ValueError("apiKeySecret (a Secret name and key) is required when mode is "
+                             "online")
+        return self
+
+
+class EnvVar(ApiModel):
+    """An environment variable for every trainer container (a Kubernetes EnvVar)."""
+
+    model_config = ConfigDict(json_schema_extra=cel_extra(
+        cel_rule("!(has(self.value) && has(self.valueFrom))", "set value or valueFrom, not both"),
+        cel_rule(f"!self.name.startsWith('{RESERVED_ENV_PREFIX}') && !(self.name in "
+                 f"[{', '.join(repr(n) for n in RESERVED_ENV_NAMES)}])",
+                 f"the operator sets {RESERVED_ENV_PREFIX}* and "
+                 f"{', '.join(RESERVED_ENV_NAMES)} itself", ".name"),
+        cel_rule("self.name != 'WANDB_API_KEY' || !has(self.value)",
+                 "a secret must not be written in the job: use wandb.apiKeySecret or "
+                 "valueFrom.secretKeyRef", ".value"),
+    ))
+
+    name: str = Field(..., min_length=1, max_length=253, pattern=ENV_NAME_PATTERN,
+                      description="Variable name.")
+    value: str | None = Field(None, description="Literal value.")
+    value_from: dict[str, Any] | None = Field(
+        None, description="A Kubernetes EnvVarSource (secretKeyRef, configMapKeyRef, fieldRef, "
+                          "resourceFieldRef), passed through as written.")
+
+    @model_validator(mode="after")
+    def _one_source(self) -> EnvVar:
+        if self.value is not None and self.value_from is not None:
+            raise ValueError(f"env {self.name}: set value or valueFrom, not both")
+        if self.name.startswith(RESERVED_ENV_PREFIX) or self.name in RESERVED_ENV_NAMES:
+            raise ValueError(f"env {self.name}: the operator sets {RESERVED_ENV_PREFIX}* and "
+                             f"{', '.join(RESERVED_ENV_NAMES)} itself")
+        if self.name == "WANDB_API_KEY" and self.value is not None:
+            raise ValueError("env WANDB_API_KEY: a secret must not be written in the job; use "
+                             "wandb.apiKeySecret or valueFrom.secretKeyRef")
+        return self
+
+
+_NO_TPU = cel_extra(cel_rule(f"!('{TPU_RESOURCE}' in self)",
+                             f"{TPU_RESOURCE} is derived from spec.slice and must not be set"))
+
+
+class Resources(ApiModel):
+    """Extra CPU/memory/ephemeral-storage for each trainer container (google.com/tpu is set by
+    the operator from the slice)."""
+
+    requests: dict[str, Quantity] = Field(default_factory=dict, json_schema_extra=_NO_TPU,
+                                          description="Resource requests.")
+    limits: dict[str, Quantity] = Field(default_factory=dict, json_schema_extra=_NO_TPU,
+                                        description="Resource limits.")
+
+    @field_validator("requests", "limits")
+    @classmethod
+    def _no_tpu(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if TPU_RESOURCE in value:
+            raise ValueError(f"{TPU_RESOURCE} is derived from spec.slice and must not be set")
+        return value
+
+
+class Scheduling(ApiModel):
+    """Queueing and priority."""
+
+    queue_name: str | None = Field(
+        None, min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN,
+        description="Kueue LocalQueue to submit to; the JobSet is created suspended and Kueue "
+                    "admits it when quota allows.")
+    priority_class_name: str | None = Field(
+        None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN,
+        description="PriorityClass of the pods.")
+
+
+class StallAction(StrEnum):
+    """What the operator does when no training step completes within the stall timeout."""
+
+    RESTART = "Restart"
+    FAIL = "Fail"
+    IGNORE = "Ignore"
+
+
+class RestartPolicy(ApiModel):
+    """When a failed run is restarted (all hosts together, resuming from the newest checkpoint)."""
+
+    max_restarts: int = Field(3, ge=0, le=1000,
+                              description="Restarts allowed before the job fails.")
+    retryable_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
+        default_factory=lambda: [42], max_length=64,
+        description="Container exit codes that restart the job (the built-in trainer exits 42 "
+                    "on a retryable error such as a lost peer). Other non-zero codes fail it.")
+    retry_on_signal: bool = Field(
+        True, description="A container killed by a signal (exit code 128+N, e.g. 143 after "
+                          "SIGTERM on preemption) restarts the job.")
+    disruptions_count_towards_max: bool = Field(
+        False, description="Whether restarts caused by pod disruption (preemption, node "
+                           "maintenance, eviction) count towards maxRestarts.")
+    on_stall: StallAction = Field(
+        StallAction.RESTART,
+        description="Restart, Fail or Ignore when no step completes within stallTimeoutSeconds.")
+
+
+class TpuTrainingJobSpec(ApiModel):
+    """A JAX training run on one or more TPU slices."""
+
+    # A rule on machineType itself would not see it being added or removed after creation.
+    model_config = ConfigDict(json_schema_extra=cel_extra(cel_rule(
+        "has(self.machineType) == has(oldSelf.machineType) && "
+        "(!has(self.machineType) || self.machineType == oldSelf.machineType)",
+        "spec.machineType is immutable: delete the job and create it again to change it",
+        ".machineType")))
+
+    slice: str = Field(
+        ..., pattern=SLICE_PATTERN, max_length=32, json_schema_extra=cel_extra(cel_rule(
+            "self == oldSelf",
+            "spec.slice is immutable: delete the job and create it again to change the slice")),
+        description="TPU slice as <generation>-<size> or <generation>-<topology>, e.g. v6e-16, "
+                    "tpu7x-64, v5p-128, v5p-4x4x4 (the size counts TensorCores on v4, v5p and "
+                    "tpu7x, chips on v5e/v5litepod and v6e). Immutable.")
+    machine_type: str | None = Field(
+        None, pattern=MACHINE_TYPE_PATTERN,
+        description="GKE machine type, where the generation offers a choice (e.g. "
+                    "ct6e-standard-8t for a single-host v6e-8); default: the multi-host type. "
+                    "Immutable.")
+    slices: int = Field(1, ge=1, le=1024, json_schema_extra=cel_extra(cel_rule(
+                            "self == oldSelf",
+                            "spec.slices is immutable: delete the job and create it again to "
+                            "change the number of slices")),
+                        description="Number of identical slices (multislice over DCN). Immutable.")
+    image: str = Field(..., min_length=1, pattern=r"^\S+$",
+                       description="Container image of the trainer.")
+    trainer: TrainerSpec = Field(default_factory=TrainerSpec,
+                                 description="What each JAX process runs.")
+    parallelism: Parallelism = Field(default_factory=Parallelism,
+                                     description="Device-mesh layout.")
+    output: str = Field(
+        ..., min_length=1, pattern=OUTPUT_PATTERN,
+        description="Where checkpoints and metrics go: gs://bucket/prefix, or a path in the "
+                    "container. Passed to the trainer as its output setting.")
+    data: DataSpec | None = Field(
+        None, description="Training data; default: what trainer.config says.")
+    wandb: WandbSpec | None = Field(None, description="Weights & Biases logging; default: off.")
+    env: list[EnvVar] = Field(default_factory=list, max_length=128, json_schema_extra={
+                                  "x-kubernetes-list-type": "map",
+                                  "x-kubernetes-list-map-keys": ["name"]},
+                              description="Extra environment variables for the trainer.")
+    resources: Resources = Field(default_factory=Resources,
+                                 description="Extra resources for each trainer container.")
+    scheduling: Scheduling = Field(default_factory=Scheduling,
+                                   description="Kueue queue and priority class.")
+    restart_policy: RestartPolicy = Field(default_factory=RestartPolicy,
+                                          description="Restarts after retryable failures.")
+    stall_timeout_seconds: int = Field(
+        1800, ge=0,
+        description="A run that completes no training step for this long is stalled "
+                    "(restartPolicy.onStall decides what happens); 0 turns detection off.")
+    first_step_timeout_seconds: int = Field(
+        3600, ge=0,
+        description="Allowance for the first step after a (re)start, which includes "
+                    "compilation and checkpoint restore; 0 turns it off.")
+    suspend: bool = Field(False, description="Suspend the run (pods are deleted, the job and "
+                                             "its checkpoints stay); set false to resume.")
+
+    @field_validator("env")
+    @classmethod
+    def _unique_env(cls, env: list[EnvVar]) -> list[EnvVar]:
+        names = [e.name for e in env]
+        duplicates = sorted({n for n in names if names.count(n) > 1})
+        if duplicates:
+            raise ValueError(f"duplicate names {', '.join(duplicates)}")
+        return env
+
+    @property
+    def is_custom_trainer(self) -> bool:
+        """True when the job brings its own program instead of the built-in trainer."""
+        return self.trainer.command is not None

@@ -1,0 +1,164 @@
+"""The observed state of a TpuTrainingJob, written only by the operator: phase, Kubernetes-style
+conditions, the slice as planned, restarts, training progress and the reason for a failure."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from pydantic import Field
+
+from tpujob.api.base import ApiModel, Timestamp
+
+CONDITION_TYPE_PATTERN = (
+    r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
+    r"(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])$")
+REASON_PATTERN = r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$"
+
+
+class Phase(StrEnum):
+    """Where the job is in its life."""
+
+    PENDING = "Pending"
+    QUEUED = "Queued"
+    STARTING = "Starting"
+    RUNNING = "Running"
+    RESTARTING = "Restarting"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+    INVALID = "Invalid"
+    SUSPENDED = "Suspended"
+
+    @property
+    def is_terminal(self) -> bool:
+        """A job in a terminal phase never runs again without being re-created."""
+        return self in (Phase.SUCCEEDED, Phase.FAILED, Phase.INVALID)
+
+
+class ConditionType(StrEnum):
+    """Condition types the operator sets."""
+
+    VALID = "Valid"
+    RUNNING = "Running"
+    STALLED = "Stalled"
+    SUSPENDED = "Suspended"
+    SUCCEEDED = "Succeeded"
+    FAILED = "Failed"
+
+
+class ConditionStatus(StrEnum):
+    TRUE = "True"
+    FALSE = "False"
+    UNKNOWN = "Unknown"
+
+
+class FailureReason(StrEnum):
+    """Why a job failed or was refused, as read from the trainer's exit and the cluster."""
+
+    INVALID_SPEC = "InvalidSpec"
+    CONFIG_ERROR = "ConfigError"
+    OUT_OF_MEMORY = "OutOfMemory"
+    PREEMPTED = "Preempted"
+    DATA_EXHAUSTED = "DataExhausted"
+    MESH_MISMATCH = "MeshMismatch"
+    NAN_LOSS = "NaNLoss"
+    STALLED = "Stalled"
+    RESTART_LIMIT_EXCEEDED = "RestartLimitExceeded"
+    ERROR = "Error"
+
+
+class Condition(ApiModel):
+    """One aspect of the job's state, as in Kubernetes' metav1.Condition."""
+
+    type: str = Field(..., max_length=316, pattern=CONDITION_TYPE_PATTERN,
+                      description="Condition type, e.g. Valid, Running, Stalled.")
+    status: ConditionStatus = Field(..., description="True, False or Unknown.")
+    reason: str = Field(..., min_length=1, max_length=1024, pattern=REASON_PATTERN,
+                        description="CamelCase reason for the last transition.")
+    message: str = Field("", max_length=32768, description="Human-readable details.")
+    last_transition_time: Timestamp = Field(
+        ..., description="When status last changed.")
+    observed_generation: int | None = Field(
+        None, ge=0, description="metadata.generation the condition was set from.")
+
+
+class SliceStatus(ApiModel):
+    """The slice as the operator planned it, summed over all slices of the job."""
+
+    topology: str | None = Field(None, description="Topology of one slice, e.g. 4x4.")
+    machine_type: str | None = Field(None, description="GKE machine type of the hosts.")
+    hosts: int = Field(0, ge=0, description="TPU VMs (hosts), all slices together.")
+    chips: int = Field(0, ge=0, description="TPU chips, all slices together.")
+    devices: int = Field(0, ge=0, description="JAX devices, all slices together.")
+    processes: int = Field(0, ge=0, description="JAX processes (containers), all slices together.")
+
+
+class Progress(ApiModel):
+    """Training progress as reported by process 0 of the trainer."""
+
+    step: int = Field(0, ge=0, description="Last completed training step.")
+    total_steps: int | None = Field(None, ge=0, description="Steps the run will take.")
+    loss: float | None = Field(None, description="Training loss at step.")
+    step_time_seconds: float | None = Field(None, ge=0, description="Seconds per step, recent.")
+    tokens_per_second_per_device: float | None = Field(
+        None, ge=0, description="Training throughput per JAX device.")
+    tflops_per_device: float | None = Field(
+        None, ge=0, description="Model TFLOP/s achieved per JAX device.")
+    mfu: float | None = Field(
+        None, ge=0, description="Model FLOPs utilization: achieved / peak bf16 FLOP/s (0-1).")
+    last_checkpoint_step: int | None = Field(None, ge=0,
+                                             description="Step of the newest saved checkpoint.")
+    last_update_time: Timestamp | None = Field(None, description="When progress was last read.")
+
+
+class Failure(ApiModel):
+    """Why the job failed (or was refused)."""
+
+    reason: FailureReason = Field(..., description="Machine-readable cause.")
+    message: str = Field("", max_length=32768, description="What happened and what to change.")
+
+
+class TpuTrainingJobStatus(ApiModel):
+    """Observed state; written by the operator through the status subresource."""
+
+    phase: Phase = Field(Phase.PENDING, description="Lifecycle phase.")
+    observed_generation: int | None = Field(
+        None, ge=0, description="metadata.generation the operator last acted on.")
+    conditions: list[Condition] = Field(
+        default_factory=list, max_length=32,
+        json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
+        description="Current conditions, one per type.")
+    slice: SliceStatus | None = Field(None, description="Hosts, chips and devices of the job.")
+    restarts: int = Field(0, ge=0, description="Times the run was restarted.")
+    progress: Progress | None = Field(None, description="Training progress.")
+    failure: Failure | None = Field(None, description="Set when phase is Failed or Invalid.")
+    start_time: Timestamp | None = Field(None, description="When the trainer first started.")
+    completion_time: Timestamp | None = Field(None, description="When the job finished.")
+
+
+def build_conditions(current: list[Condition], new: Condition) -> list[Condition]:
+    """The condition list with `new` set: its type replaced in place (or appended), keeping the
+    old lastTransitionTime when the status did not change, as Kubernetes' SetStatusCondition."""
+    out: list[Condition] = []
+    replaced = False
+    for cond in current:
+        if cond.type != new.type:
+            out.append(cond)
+            continue
+        replaced = True
+        if cond.status == new.status:
+            new = new.model_copy(update={"last_transition_time": cond.last_transition_time})
+        out.append(new)
+    if not replaced:
+        out.append(new)
+    return out
+
+
+def find_condition(conditions: list[Condition], type_: str) -> Condition | None:
+    """The condition of that type, if present."""
+    return next((c for c in conditions if c.type == type_), None)
+
+
+__all__ = [
+    "Condition", "ConditionStatus", "ConditionType", "Failure", "FailureReason", "Phase",
+    "Progress", "SliceStatus", "TpuTrainingJobStatus", "build_conditions", "find_condition",
+]
