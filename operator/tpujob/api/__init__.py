@@ -16,7 +16,7 @@ from tpujob.api.resource import (
     load_spec,
 )
 from tpujob.api.spec import (
-    DataFormat,
+    DataKind,
     DataSpec,
     EnvVar,
     MeshAxis,
@@ -47,7 +47,7 @@ from tpujob.api.status import (
 
 __all__ = [
     "API_VERSION", "CRD_NAME", "GROUP", "KIND", "PLURAL", "SHORT_NAMES", "VERSION",
-    "Condition", "ConditionStatus", "ConditionType", "DataFormat", "DataSpec", "EnvVar",
+    "Condition", "ConditionStatus", "ConditionType", "DataKind", "DataSpec", "EnvVar",
     "Failure", "FailureReason", "InvalidJobError", "MeshAxis", "Parallelism", "Phase",
     "Progress", "Resources", "RestartPolicy", "Scheduling", "SecretKeyRef", "SliceStatus",
     "StallAction", "TpuTrainingJob", "TpuTrainingJobSpec", "TpuTrainingJobStatus",

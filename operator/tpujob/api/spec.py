@@ -118,38 +118,47 @@ class TrainerSpec(ApiModel):
         return self
 
 
-class DataFormat(StrEnum):
-    """Where training data comes from."""
+class DataKind(StrEnum):
+    """Where training tokens come from (the built-in trainer's `data.kind`)."""
 
-    SYNTHETIC = "Synthetic"
-    TEXT = "Text"
-    JSONL = "JSONL"
-    TOKENS = "Tokens"
+    SYNTHETIC = "synthetic"
+    TEXT = "text"
+    JSONL = "jsonl"
+    TOKENS = "tokens"
 
 
 class DataSpec(ApiModel):
-    """Training data. The operator hands it to the built-in trainer as its data settings."""
+    """Training data. The operator hands it to the built-in trainer as its `data` settings, over
+    what trainer.config says."""
 
-    model_config = ConfigDict(json_schema_extra=cel_extra(cel_rule(
-        "!has(self.format) || self.format == 'Synthetic' || has(self.path)",
-        "path is required unless format is Synthetic", ".path")))
+    model_config = ConfigDict(json_schema_extra=cel_extra(
+        cel_rule("!has(self.kind) || self.kind == 'synthetic' || has(self.path)",
+                 "path is required unless kind is synthetic", ".path"),
+        cel_rule("!has(self.path) || (has(self.kind) && self.kind != 'synthetic')",
+                 "path is set but kind is synthetic; set kind to text, jsonl or tokens",
+                 ".kind"),
+    ))
 
-    format: DataFormat = Field(
-        DataFormat.SYNTHETIC,
-        description="Synthetic (deterministic random tokens, no files), Text (plain text "
-                    "files), JSONL (one JSON document per line) or Tokens (pre-tokenized files).")
+    kind: DataKind = Field(
+        DataKind.SYNTHETIC,
+        description="synthetic (deterministic generated tokens, no files), text (plain-text "
+                    "files), jsonl (one JSON document per line) or tokens (pre-tokenized files).")
     path: str | None = Field(
         None, min_length=1, pattern=OUTPUT_PATTERN,
         description="File, folder or glob under gs:// or a path in the container; required "
-                    "unless format is Synthetic.")
+                    "unless kind is synthetic.")
     tokenizer: str | None = Field(
         None, min_length=1,
-        description="Tokenizer file (gs:// or a path); default: the built-in byte tokenizer.")
+        description="byte (the built-in byte tokenizer, the default) or a tokenizer.json file "
+                    "(gs:// or a path).")
 
     @model_validator(mode="after")
     def _path_when_files(self) -> DataSpec:
-        if self.format != DataFormat.SYNTHETIC and self.path is None:
-            raise ValueError(f"path is required when format is {self.format.value}")
+        if self.kind != DataKind.SYNTHETIC and self.path is None:
+            raise ValueError(f"path is required when kind is {self.kind.value}")
+        if self.kind == DataKind.SYNTHETIC and self.path is not None:
+            raise ValueError("path is set but kind is synthetic; set kind to text, jsonl or "
+                             "tokens to read files")
         return self
 
 
@@ -167,7 +176,6 @@ class WandbMode(StrEnum):
 
     ONLINE = "online"
     OFFLINE = "offline"
-    DISABLED = "disabled"
 
 
 class WandbSpec(ApiModel):
@@ -182,7 +190,9 @@ class WandbSpec(ApiModel):
     entity: str | None = Field(None, min_length=1, description="W&B entity (team or user).")
     run_name: str | None = Field(None, min_length=1, description="Run name; default: the job name.")
     tags: list[str] = Field(default_factory=list, description="Run tags.")
-    mode: WandbMode = Field(WandbMode.ONLINE, description="online, offline or disabled.")
+    mode: WandbMode = Field(
+        WandbMode.ONLINE,
+        description="online (needs apiKeySecret) or offline (local run files only, no key).")
     api_key_secret: SecretKeyRef | None = Field(
         None, description="Secret key holding the W&B API key; required when mode is online.")
 
