@@ -1,0 +1,69 @@
+"""`tpujob plan`: what a slice is, whether a mesh fits its topology and a model its HBM."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from tpujob.planning import PlanRequest, plan_many
+from tpujob_plan.memory import OPTIMIZERS, REMAT_POLICIES
+from tpujob_plan.mesh import MESH_AXES
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "plan", help="size TPU slices, check a mesh and a model's memory before launching",
+        description="Plan TPU slices: hosts, chips, JAX processes, node selectors; optionally "
+                    "check a mesh layout against the physical topology and estimate per-device "
+                    "memory for a model. Exits 1 when a slice name is invalid, 2 when a mesh "
+                    "or model does not fit.")
+    p.add_argument("slices_", metavar="SLICE", nargs="+",
+                   help="slice names such as v6e-16, tpu7x-64, v5p-128, v5p-4x4x4, v5e-8")
+    p.add_argument("--slices", type=int, default=1, metavar="N",
+                   help="number of slices (multi-slice over DCN); default 1")
+    p.add_argument("--machine-type", help="GKE machine type, e.g. ct6e-standard-8t for a "
+                                          "single-host v6e-8")
+    p.add_argument("--ici", default="", metavar="AXIS=N,...",
+                   help=f"mesh axes within a slice ({', '.join(MESH_AXES)}); one may be -1")
+    p.add_argument("--dcn", default="", metavar="AXIS=N,...",
+                   help="mesh axes across slices; default data=<slices>")
+    model = p.add_mutually_exclusive_group()
+    model.add_argument("--model", metavar="FILE|PRESET",
+                       help="a trainer config YAML (its `model:` section), a model section, or a "
+                            "preset name such as llama3-8b (see --list-presets)")
+    model.add_argument("--params", metavar="N",
+                       help="a Llama-shaped model of about N parameters, e.g. 8B, 350M")
+    p.add_argument("--batch", type=int, metavar="B",
+                   help="global batch in sequences; default one per device")
+    p.add_argument("--seq", type=int, metavar="L", help="sequence length; default 2048")
+    p.add_argument("--remat", choices=(*REMAT_POLICIES, "auto"), default="auto",
+                   help="rematerialization policy; auto = least recomputation that fits")
+    p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
+    p.add_argument("--grad-accum", type=int, default=1, metavar="K")
+    p.add_argument("--output", "-o", choices=("table", "json"), default="table")
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from tpujob.cli.plan_render import render_table
+    from tpujob_plan.errors import PlanError
+
+    try:
+        request = PlanRequest.from_cli(args)
+    except PlanError as err:
+        print(f"error: {err.field}: {err.message}", file=sys.stderr)
+        return 2
+    results = plan_many(args.slices_, request)
+    if args.output == "json":
+        print(json.dumps([r.to_dict() for r in results if r.ok], indent=2))
+    else:
+        print(render_table(results))
+    for r in results:
+        if not r.ok:
+            print(f"error: {r.error}", file=sys.stderr)
+    if any(not r.ok for r in results):
+        return 1
+    if any(not r.fits for r in results):
+        return 2
+    return 0

@@ -1,0 +1,84 @@
+"""Human-readable output of `tpujob plan`: an aligned summary table, then the mesh and memory
+details a person needs to act on."""
+
+from __future__ import annotations
+
+from tpujob.planning import SliceResult
+from tpujob_plan.mesh import format_axes
+
+GIB = 1024**3
+
+
+def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[str]:
+    widths = [max(len(str(c)) for c in col) for col in zip(headers, *rows, strict=True)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(str(c).rjust(w) if i in right else str(c).ljust(w)
+                         for i, (c, w) in enumerate(zip(cells, widths, strict=True))).rstrip()
+
+    return [line(headers)] + [line(r) for r in rows]
+
+
+def render_table(results: list[SliceResult]) -> str:
+    ok = [r for r in results if r.ok]
+    lines: list[str] = []
+    if ok:
+        headers = ["SLICE", "TOPOLOGY", "MACHINE TYPE", "SLICES", "HOSTS", "CHIPS", "DEVICES",
+                   "DEV/HOST", "PROCESSES", "HBM/DEV", "PEAK/DEV", "WORKLOAD POLICY"]
+        rows = []
+        for r in ok:
+            p = r.plan
+            assert p is not None
+            rows.append([p.slice_type.name, p.slice_type.topology, p.machine_type.name,
+                         str(p.slices), str(p.hosts), str(p.slice_type.chips),
+                         str(p.slice_type.devices), str(p.devices_per_host), str(p.processes),
+                         f"{p.hbm_bytes_per_device / GIB:.1f} GiB",
+                         f"{p.peak_tflops_per_device:g} TFLOP/s", p.workload_policy or "-"])
+        lines += _table(headers, rows, right={3, 4, 5, 6, 7, 8, 9, 10})
+    for r in ok:
+        lines += _details(r)
+    return "\n".join(lines)
+
+
+def _details(r: SliceResult) -> list[str]:
+    p = r.plan
+    assert p is not None
+    out = ["", f"{p.slice_type.name} ({p.slice_type.topology_name}):"]
+    if p.containers_per_host > 1:
+        out.append(f"  containers      {p.containers_per_host} per host x "
+                   f"{p.chips_per_container} chips, one JAX process each")
+    selector = ", ".join(f"{k}={v}" for k, v in p.node_selector.items())
+    out.append(f"  node selector   {selector}")
+    out.append(f"  resources       google.com/tpu: {p.chips_per_container} per container")
+    if r.mesh_requested and r.mesh is not None:
+        m = r.mesh
+        if m.valid:
+            dcn = f"   dcn {format_axes(m.dcn)}" if p.slices > 1 else ""
+            out.append(f"  mesh            valid: ici {format_axes(m.ici)}{dcn}   "
+                       f"(physical {'x'.join(map(str, p.physical_mesh))})")
+        else:
+            out.append(f"  mesh            INVALID: {m.error}")
+            if m.suggestions:
+                tries = " | ".join(format_axes(s) for s in m.suggestions)
+                out.append(f"  try             --ici {tries}")
+    if r.memory is not None and r.model is not None:
+        out += _memory_lines(r)
+    return out
+
+
+def _memory_lines(r: SliceResult) -> list[str]:
+    e, m = r.memory, r.model
+    assert e is not None and m is not None
+    verdict = "fits" if e.fits else "DOES NOT FIT"
+    usable = e.usable_bytes or 0
+    out = [f"  model           {m.label}: {m.shape.total_params / 1e9:.2f} B params, global batch "
+           f"{r.to_dict()['memory']['globalBatch']}, seq {m.seq_len}, remat {e.remat}",
+           f"  memory/device   {e.per_device_bytes / GIB:.2f} GiB of {usable / GIB:.2f} GiB "
+           f"usable: {verdict}"]
+    parts = sorted(e.breakdown.items(), key=lambda kv: -kv[1])
+    out.append("  breakdown       " + ", ".join(f"{k} {v / GIB:.2f} GiB" for k, v in parts))
+    out += [f"  note            {n}" for n in e.notes]
+    if not e.fits:
+        out.append("  to fit          more fsdp/tensor sharding, a larger slice, remat full, a "
+                   "smaller batch, or gradient accumulation")
+    return out

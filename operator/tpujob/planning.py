@@ -1,0 +1,227 @@
+"""Plan a job before launching it: slice plan, mesh check and memory estimate together.
+
+Pure: the CLI (`tpujob plan`) and the operator's validation use the same functions.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from tpujob_plan.errors import PlanError
+from tpujob_plan.memory import MemoryEstimate, choose_remat, estimate_memory
+from tpujob_plan.mesh import MeshPlan, parse_axes, plan_mesh
+from tpujob_plan.model_shape import PRESETS, ModelShape
+from tpujob_plan.slice_plan import SlicePlan, plan_slice
+
+DEFAULT_SEQ_LEN = 2048
+_SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)
+_SUFFIX = {"": 1, "k": 1e3, "m": 1e6, "b": 1e9, "t": 1e12}
+
+
+@dataclass(frozen=True)
+class ModelRequest:
+    """A model to estimate memory for, with the batch and sequence it trains on."""
+
+    shape: ModelShape
+    label: str
+    global_batch: int | None = None
+    seq_len: int = DEFAULT_SEQ_LEN
+    remat: str = "auto"
+    optimizer: str = "adamw"
+    grad_accum: int = 1
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """Everything `tpujob plan` was asked, parsed and checked."""
+
+    slices: int = 1
+    machine_type: str | None = None
+    ici: dict[str, int] | None = None
+    dcn: dict[str, int] | None = None
+    model: ModelRequest | None = None
+
+    @classmethod
+    def from_cli(cls, args) -> PlanRequest:
+        model = None
+        if args.model or args.params:
+            if args.model:
+                shape, label, batch, seq = load_model(args.model)
+            else:
+                shape, label, batch, seq = shape_for_params(args.params), f"~{args.params}", None, None
+            for name, value in (("--batch", args.batch), ("--seq", args.seq),
+                                ("--grad-accum", args.grad_accum)):
+                if value is not None and value < 1:
+                    raise PlanError(f"must be a positive whole number, got {value}", field=name)
+            model = ModelRequest(shape=shape, label=label,
+                                 global_batch=args.batch or batch,
+                                 seq_len=args.seq or seq or DEFAULT_SEQ_LEN,
+                                 remat=args.remat, optimizer=args.optimizer,
+                                 grad_accum=args.grad_accum)
+        return cls(slices=args.slices, machine_type=args.machine_type,
+                   ici=parse_axes(args.ici, field="--ici") if args.ici else None,
+                   dcn=parse_axes(args.dcn, field="--dcn") if args.dcn else None,
+                   model=model)
+
+    @property
+    def has_mesh(self) -> bool:
+        return self.ici is not None or self.dcn is not None
+
+
+@dataclass(frozen=True)
+class SliceResult:
+    """The plan for one requested slice name, or why there is none."""
+
+    requested: str
+    plan: SlicePlan | None = None
+    mesh: MeshPlan | None = None
+    mesh_requested: bool = False
+    memory: MemoryEstimate | None = None
+    model: ModelRequest | None = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.plan is not None
+
+    @property
+    def fits(self) -> bool:
+        """The mesh is valid and the model (if any) fits in HBM."""
+        mesh_ok = self.mesh is None or self.mesh.valid
+        return self.ok and mesh_ok and (self.memory is None or bool(self.memory.fits))
+
+    def to_dict(self) -> dict:
+        p = self.plan
+        assert p is not None, "only planned slices have a dict form"
+        out = {
+            "name": p.slice_type.name,
+            "requested": self.requested,
+            "generation": p.generation.prefix,
+            "acceleratorLabel": p.generation.accelerator_label,
+            "machineType": p.machine_type.name,
+            "topology": p.slice_type.topology,
+            "slices": p.slices,
+            "chips": p.slice_type.chips,
+            "tensorcores": p.slice_type.tensorcores,
+            "hosts": p.hosts,
+            "chipsPerHost": p.machine_type.chips_per_host,
+            "containersPerHost": p.containers_per_host,
+            "chipsPerContainer": p.chips_per_container,
+            "devices": p.slice_type.devices,
+            "devicesPerHost": p.devices_per_host,
+            "processes": p.processes,
+            "totalDevices": p.devices,
+            "hbmPerChipGiB": round(p.generation.hbm_bytes_per_chip / 2**30, 3),
+            "hbmPerDeviceGiB": round(p.hbm_bytes_per_device / 2**30, 3),
+            "peakTflopsPerChip": p.generation.peak_bf16_tflops_per_chip,
+            "peakTflopsPerDevice": p.peak_tflops_per_device,
+            "physicalMesh": list(p.physical_mesh),
+            "nodeSelector": p.node_selector,
+            "resources": p.container_resources,
+            "workloadPolicy": p.workload_policy,
+        }
+        if self.mesh_requested and self.mesh is not None:
+            out["mesh"] = self.mesh.to_dict()
+        if self.memory is not None and self.model is not None:
+            out["memory"] = self.memory.to_dict() | {
+                "model": self.model.label, "params": self.model.shape.total_params,
+                "globalBatch": self._global_batch(), "seqLen": self.model.seq_len}
+        return out
+
+    def _global_batch(self) -> int:
+        assert self.plan is not None and self.model is not None
+        return self.model.global_batch or self.plan.devices
+
+
+def plan_one(slice_name: str, request: PlanRequest) -> SliceResult:
+    """Plan one slice name. Invalid names give a result with `error`, never an exception."""
+    try:
+        plan = plan_slice(slice_name, slices=request.slices, machine_type=request.machine_type)
+    except PlanError as err:
+        return SliceResult(requested=slice_name, error=err.message)
+    mesh = plan_mesh(request.ici, request.dcn, devices_per_slice=plan.slice_type.devices,
+                     num_slices=plan.slices, physical_dims=plan.physical_mesh)
+    result = SliceResult(requested=slice_name, plan=plan, mesh=mesh,
+                         mesh_requested=request.has_mesh)
+    if request.model is None:
+        return result
+    axes = mesh.axes if mesh.error is None or mesh.suggestions else {"fsdp": plan.devices}
+    return SliceResult(requested=slice_name, plan=plan, mesh=mesh,
+                       mesh_requested=request.has_mesh, model=request.model,
+                       memory=_estimate(plan, axes, request.model))
+
+
+def _estimate(plan: SlicePlan, axes: dict[str, int], model: ModelRequest) -> MemoryEstimate:
+    batch = model.global_batch or plan.devices
+    kwargs = dict(global_batch=batch, seq_len=model.seq_len, mesh=axes,
+                  optimizer=model.optimizer, grad_accum=model.grad_accum,
+                  hbm_bytes=plan.hbm_bytes_per_device)
+    remat = model.remat
+    if remat == "auto":
+        remat = choose_remat(model.shape, **kwargs)
+    return estimate_memory(model.shape, remat=remat, **kwargs)
+
+
+def plan_many(slice_names: list[str], request: PlanRequest) -> list[SliceResult]:
+    return [plan_one(name, request) for name in slice_names]
+
+
+def load_model(ref: str) -> tuple[ModelShape, str, int | None, int | None]:
+    """A preset name, or a YAML file: a trainer config (its `model:` and `train:` sections) or
+    a bare model section. Returns (shape, label, global batch, sequence length)."""
+    from tpujob_trainer.config.model import ModelConfig
+
+    if ref in PRESETS:
+        return PRESETS[ref], ref, None, None
+    path = Path(ref)
+    if not path.is_file():
+        raise PlanError(f"{ref!r} is neither a file nor a preset; presets: "
+                        f"{', '.join(PRESETS)}", field="--model", valid=list(PRESETS))
+    try:
+        doc = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise PlanError(f"{ref}: not valid YAML: {err}", field="--model") from None
+    if not isinstance(doc, dict):
+        raise PlanError(f"{ref}: expected a mapping at the top level", field="--model")
+    section = doc.get("model", doc)
+    prefix = "model." if "model" in doc else ""
+    try:
+        config = ModelConfig.model_validate(section)
+    except ValidationError as err:
+        problems = "; ".join(
+            f"{prefix}{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
+        raise PlanError(f"{ref}: {problems}", field="--model") from None
+    train = doc.get("train") if isinstance(doc.get("train"), dict) else {}
+    return config.to_shape(), path.name, train.get("global_batch"), train.get("seq_len")
+
+
+def shape_for_params(text: str) -> ModelShape:
+    """A Llama-shaped model of about `text` parameters ("8B", "350M", "1.5e9"): width a multiple
+    of 128, 128 channels per layer of depth, MLP 3.5x width, 128-wide heads, vocab 32000."""
+    match = _SIZE.match(text or "")
+    if not match:
+        raise PlanError(f"expected a parameter count such as 8B, 350M or 1.5e9, got {text!r}",
+                        field="--params")
+    target = float(match[1]) * _SUFFIX[match[2].lower()]
+    if not 1e6 <= target <= 1e13:
+        raise PlanError(f"a parameter count from 1M to 10T, got {text!r}", field="--params")
+    vocab = 32000
+    best: ModelShape | None = None
+    for d in range(128, 65536 + 1, 128):
+        layers = max(2, d // 128)
+        heads = max(1, d // 128)
+        shape = ModelShape(vocab_size=vocab, d_model=d, n_layers=layers, n_heads=heads,
+                           n_kv_heads=max(1, heads // 4) if heads >= 4 else heads,
+                           head_dim=d // heads, mlp_dim=int(math.ceil(3.5 * d / 128) * 128))
+        if best is None or abs(shape.total_params - target) < abs(best.total_params - target):
+            best = shape
+        if shape.total_params > target:
+            break
+    assert best is not None
+    return best

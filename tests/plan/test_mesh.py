@@ -1,0 +1,116 @@
+"""Mesh planning: -1 filling, product checks, and the physical-topology check, which must agree
+with JAX's own `create_device_mesh` rule."""
+
+import itertools
+import math
+
+import numpy as np
+import pytest
+
+from tpujob_plan.errors import PlanError
+from tpujob_plan.mesh import MESH_AXES, assign_to_physical, parse_axes, plan_mesh
+from tpujob_plan.slice_plan import plan_slice
+
+pytestmark = pytest.mark.unit
+
+
+def _plan(slice_name, ici, dcn=None, slices=1):
+    p = plan_slice(slice_name, slices=slices)
+    return plan_mesh(ici, dcn, devices_per_slice=p.slice_type.devices, num_slices=slices,
+                     physical_dims=p.physical_mesh)
+
+
+@pytest.mark.parametrize(
+    "slice_name, ici, dcn, slices, axes",
+    [
+        ("v6e-16", None, None, 1, {"fsdp": 16}),                       # MaxText default
+        ("v6e-16", {"fsdp": -1, "tensor": 4}, None, 1, {"fsdp": 4, "tensor": 4}),
+        ("tpu7x-64", {"fsdp": 16, "tensor": 4}, None, 1, {"fsdp": 16, "tensor": 4}),
+        ("tpu7x-64", {"data": -1, "tensor": 8}, None, 1, {"data": 8, "tensor": 8}),
+        ("v5p-128", {"fsdp": -1, "expert": 4}, None, 1, {"fsdp": 16, "expert": 4}),
+        ("v6e-16", {"fsdp": -1}, None, 2, {"data": 2, "fsdp": 16}),       # dcn default data
+        ("v6e-16", {"fsdp": 4, "tensor": 4}, {"fsdp": -1}, 4, {"fsdp": 16, "tensor": 4}),
+        ("v5p-8", {"tensor": 4}, None, 1, {"tensor": 4}),
+        ("v5p-16", {"data": 2, "fsdp": 2, "tensor": 2}, None, 1,       # 2x2x2 takes any layout
+         {"data": 2, "fsdp": 2, "tensor": 2}),
+        ("v6e-8", {"fsdp": 8}, None, 1, {"fsdp": 8}),
+    ],
+)
+def test_valid_layouts(slice_name, ici, dcn, slices, axes):
+    m = _plan(slice_name, ici, dcn, slices)
+    assert m.valid, m.error
+    assert {a: s for a, s in m.axes.items() if s > 1} == axes
+    assert list(m.axes) == list(MESH_AXES)
+
+
+@pytest.mark.parametrize(
+    "slice_name, ici, dcn, slices, field, says",
+    [
+        # The reported case: fails in JAX after a long compile.
+        ("tpu7x-64", {"fsdp": 8, "tensor": 4, "context": 2}, None, 1, "parallelism.ici",
+         "context=2 cannot be placed on the physical mesh 2x4x4x2"),
+        ("v6e-16", {"fsdp": 8}, None, 1, "parallelism.ici", "multiply to 8 but there are 16"),
+        ("v6e-16", {"fsdp": 3, "tensor": -1}, None, 1, "parallelism.ici", "does not divide"),
+        ("v6e-16", {"fsdp": -1, "tensor": -1}, None, 1, "parallelism.ici", "only one axis"),
+        ("v6e-16", {"pipeline": 4}, None, 1, "parallelism.ici", "unknown mesh axis 'pipeline'"),
+        ("v6e-16", {"fsdp": 0}, None, 1, "parallelism.ici.fsdp", "positive whole number or -1"),
+        ("v6e-16", {"fsdp": -3}, None, 1, "parallelism.ici.fsdp", "positive whole number or -1"),
+        ("v6e-16", {"fsdp": 16}, {"data": 3}, 2, "parallelism.dcn", "multiply to 3 but there are 2"),
+        ("v5p-128", {"fsdp": 8, "tensor": 8}, None, 1, "parallelism.ici", "tensor=8"),
+        ("v6e-32", {"fsdp": 2, "tensor": 16}, None, 1, "parallelism.ici", "tensor=16"),
+    ],
+)
+def test_invalid_layouts_name_the_field(slice_name, ici, dcn, slices, field, says):
+    m = _plan(slice_name, ici, dcn, slices)
+    assert not m.valid
+    assert m.field == field
+    assert says in m.error
+
+
+def test_invalid_layout_suggests_valid_ones():
+    m = _plan("tpu7x-64", {"fsdp": 8, "tensor": 4, "context": 2})
+    assert m.suggestions[0] == {"fsdp": 16, "tensor": 4}
+    for s in m.suggestions:
+        assert _plan("tpu7x-64", s).valid
+
+
+def test_parse_axes():
+    assert parse_axes("fsdp=8, tensor=4", field="--ici") == {"fsdp": 8, "tensor": 4}
+    assert parse_axes("fsdp=-1", field="--ici") == {"fsdp": -1}
+    for bad in ("fsdp", "fsdp=x", "fsdp=1.5"):
+        with pytest.raises(PlanError) as caught:
+            parse_axes(bad, field="--ici")
+        assert caught.value.field == "--ici"
+
+
+# The physical-topology check must agree with JAX's own assignment rule, layout for layout.
+_PHYSICAL = [(2, 2, 1), (4, 4, 1), (2, 4, 1), (4, 4, 4), (4, 4, 8), (2, 4, 4, 2), (4, 4, 4, 2),
+             (8, 16, 1), (2, 2, 4)]
+
+
+def _layouts(total):
+    divisors = [d for d in range(1, total + 1) if total % d == 0]
+    for sizes in itertools.product(divisors, repeat=3):
+        if math.prod(sizes) == total:
+            yield dict(zip(("fsdp", "tensor", "expert"), sizes, strict=True))
+    for sizes in itertools.product(divisors, repeat=3):
+        if math.prod(sizes) == total:
+            yield dict(zip(("data", "context", "tensor"), sizes, strict=True))
+
+
+@pytest.mark.parametrize("physical", _PHYSICAL, ids=lambda p: "x".join(map(str, p)))
+def test_agrees_with_jax_create_device_mesh_rule(physical):
+    mesh_utils = pytest.importorskip("jax._src.mesh_utils")
+    devices = np.arange(math.prod(physical)).reshape(physical)
+    checked = 0
+    for layout in _layouts(devices.size):
+        logical = {a: layout.get(a, 1) for a in MESH_AXES}
+        ours = assign_to_physical(physical, logical)[1] is None
+        try:
+            mesh_utils._create_device_mesh_for_nd_torus(devices, list(logical.values()))
+            theirs = True
+        except NotImplementedError:
+            theirs = False
+        assert ours == theirs, (physical, logical)
+        checked += 1
+    assert checked > 5
