@@ -1,0 +1,112 @@
+"""Parameter counts, FLOPs per step and the per-device memory estimate."""
+
+import pytest
+
+from tpujob_plan.flops import train_flops_per_step
+from tpujob_plan.memory import REMAT_POLICIES, choose_remat, estimate_memory
+from tpujob_plan.model_shape import PRESETS
+from tpujob_trainer.config.model import ModelConfig, MoEConfig
+
+pytestmark = pytest.mark.unit
+GIB = 2**30
+
+
+@pytest.mark.parametrize(
+    "preset, total_b, active_b",
+    [
+        # Published parameter counts of these models.
+        ("llama2-7b", 6.74, 6.74),
+        ("llama3-8b", 8.03, 8.03),
+        ("llama3-70b", 70.55, 70.55),
+        ("llama3-405b", 405.85, 405.85),
+        ("mixtral-8x7b", 46.70, 12.88),
+        ("qwen3-30b-a3b", 30.53, 3.35),
+        ("anchor-12m", 0.01259, 0.01259),
+    ],
+)
+def test_parameter_counts(preset, total_b, active_b):
+    shape = PRESETS[preset]
+    assert shape.total_params / 1e9 == pytest.approx(total_b, rel=2e-3)
+    assert shape.active_params / 1e9 == pytest.approx(active_b, rel=2e-3)
+
+
+def test_flops_match_maxtext_count_for_the_anchor_config():
+    # MaxText counts 0.1353 TFLOP per step for this config (reference facts, section 7).
+    assert train_flops_per_step(PRESETS["anchor-12m"], 8, 256) / 1e12 == pytest.approx(0.1353,
+                                                                                        abs=1e-4)
+
+
+def test_moe_flops_count_only_active_experts():
+    dense = ModelConfig(n_layers=4).to_shape()
+    moe = ModelConfig(n_layers=4, moe=MoEConfig(num_experts=8, experts_per_token=2)).to_shape()
+    more_experts = ModelConfig(n_layers=4, moe=MoEConfig(num_experts=64, experts_per_token=2))
+    f_dense, f_moe = train_flops_per_step(dense, 8, 128), train_flops_per_step(moe, 8, 128)
+    assert f_moe > f_dense  # two experts per token instead of one MLP
+    # More experts at the same top-k add parameters and router work, almost no FLOPs.
+    assert train_flops_per_step(more_experts.to_shape(), 8, 128) / f_moe < 1.01
+    assert more_experts.to_shape().total_params > 5 * moe.total_params / 2
+
+
+def _llama8b(remat="full", **kw):
+    args = dict(global_batch=16, seq_len=8192, mesh={"fsdp": 16}, remat=remat, hbm_bytes=32e9)
+    args.update(kw)
+    return estimate_memory(PRESETS["llama3-8b"], **args)
+
+
+def test_model_state_is_sharded_over_every_axis_but_data():
+    one = _llama8b(mesh={"fsdp": 16})
+    replicated = _llama8b(mesh={"data": 16}, global_batch=16)
+    # AdamW: params + grads (fp32) + 2 moments = 16 bytes per parameter.
+    state = sum(one.breakdown[k] for k in ("params", "gradients", "optimizer"))
+    assert state == pytest.approx(16 * PRESETS["llama3-8b"].total_params / 16)
+    assert replicated.breakdown["params"] == pytest.approx(16 * one.breakdown["params"])
+
+
+def test_remat_policies_order_activation_memory():
+    sizes = [_llama8b(remat=r).breakdown["activations"] for r in REMAT_POLICIES]
+    assert sizes[0] > sizes[1] > sizes[2] > 0
+
+
+def test_activations_scale_with_tokens_per_device():
+    a = _llama8b(global_batch=16).breakdown["activations"]
+    b = _llama8b(global_batch=32).breakdown["activations"]
+    assert b == pytest.approx(2 * a)
+    c = _llama8b(mesh={"fsdp": 4, "tensor": 4}).breakdown["activations"]
+    assert c == pytest.approx(a)  # 4x more tokens per device, 4x fewer channels
+
+
+def test_verdict_and_auto_remat():
+    assert _llama8b(remat="full").fits is True
+    assert _llama8b(remat="none").fits is False
+    kw = dict(global_batch=16, seq_len=8192, mesh={"fsdp": 16})
+    assert choose_remat(PRESETS["llama3-8b"], hbm_bytes=32e9, **kw) == "full"
+    assert choose_remat(PRESETS["llama3-8b"], hbm_bytes=48 * GIB, **kw) == "minimal"
+    assert choose_remat(PRESETS["llama3-8b"], hbm_bytes=1e12, **kw) == "none"
+    # Without a device size there is no verdict.
+    assert estimate_memory(PRESETS["tiny"], global_batch=2, seq_len=16, mesh={}).fits is None
+
+
+def test_big_moe_does_not_fit_a_small_mesh():
+    # Mixtral 8x7B with AdamW on 4 tpu7x devices needs ~180 GiB per device.
+    e = estimate_memory(PRESETS["mixtral-8x7b"], global_batch=4, seq_len=8192,
+                        mesh={"fsdp": 4}, remat="full", hbm_bytes=96 * GIB)
+    assert e.fits is False
+    assert e.per_device_bytes > 170 * GIB
+    assert max(e.breakdown, key=e.breakdown.get) == "optimizer"
+
+
+def test_uneven_batch_is_noted():
+    e = _llama8b(global_batch=8)
+    assert any("does not split evenly" in n for n in e.notes)
+
+
+def test_grad_accumulation_trades_activations_for_an_accumulator():
+    plain, accum = _llama8b(global_batch=32), _llama8b(global_batch=32, grad_accum=2)
+    assert accum.breakdown["activations"] == pytest.approx(plain.breakdown["activations"] / 2)
+    assert "gradientAccumulator" in accum.breakdown
+
+
+@pytest.mark.parametrize("bad", [dict(remat="some"), dict(optimizer="sgd")])
+def test_bad_options(bad):
+    with pytest.raises(ValueError):
+        _llama8b(**bad)
