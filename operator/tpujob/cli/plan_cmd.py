@@ -9,6 +9,7 @@ import sys
 from tpujob.planning import PlanRequest, plan_many
 from tpujob_plan.memory import OPTIMIZERS, REMAT_POLICIES
 from tpujob_plan.mesh import MESH_AXES
+from tpujob_plan.model_shape import PRESETS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -30,8 +31,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="mesh axes across slices; default data=<slices>")
     model = p.add_mutually_exclusive_group()
     model.add_argument("--model", metavar="FILE|PRESET",
-                       help="a trainer config YAML (its `model:` section), a model section, or a "
-                            "preset name such as llama3-8b (see --list-presets)")
+                       help="a trainer config YAML (its `model:` and `train:` sections), a bare "
+                            f"model section, or a preset: {', '.join(PRESETS)}")
     model.add_argument("--params", metavar="N",
                        help="a Llama-shaped model of about N parameters, e.g. 8B, 350M")
     p.add_argument("--batch", type=int, metavar="B",
