@@ -1,0 +1,72 @@
+"""`tpujob-train --config FILE [key=value ...]`: run the trainer, exit with the contract's code
+and leave a one-line JSON reason in the termination-message file."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import traceback
+
+from tpujob_trainer.exits import EXIT_CODES, Reason, TrainerExit, write_termination_message
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(
+        prog="tpujob-train",
+        description="Train a decoder LM with JAX. Overrides: section.field=value (YAML values), "
+                    "e.g. train.steps=100 model.remat=full mesh.ici.tensor=4.")
+    p.add_argument("--config", "-c", help="YAML config file (default: built-in defaults)")
+    p.add_argument("--print-config", action="store_true", help="print the resolved config and exit")
+    p.add_argument("overrides", nargs="*", help="section.field=value overrides")
+    return p.parse_args(argv)
+
+
+def _finish(reason: Reason, message: str) -> int:
+    write_termination_message(reason, message)
+    code = EXIT_CODES[reason]
+    if code != 0:
+        print(f"tpujob-train: {reason.value}: {message}", file=sys.stderr, flush=True)
+    return code
+
+
+def run(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    # Config and env first: both are checked without starting JAX.
+    from tpujob_trainer.config import ConfigError, TrainerConfig
+    from tpujob_trainer.env import EnvError, ProcessEnv
+
+    try:
+        cfg = TrainerConfig.load(args.config, args.overrides)
+        penv = ProcessEnv.from_env()
+    except (ConfigError, EnvError) as e:
+        return _finish(Reason.CONFIG_ERROR, str(e))
+    if args.print_config:
+        print(cfg.to_yaml(), end="")
+        return 0
+
+    from tpujob_trainer import distributed
+    from tpujob_trainer.loop import train
+
+    try:
+        distributed.initialize(penv)
+        distributed.check_topology(penv)
+        outcome = train(cfg, penv)
+        return _finish(outcome.reason, outcome.message)
+    except TrainerExit as e:
+        return _finish(e.reason, e.message)
+    except MemoryError as e:
+        return _finish(Reason.OUT_OF_MEMORY, f"host out of memory: {e}")
+    except Exception as e:
+        traceback.print_exc()
+        return _finish(Reason.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
+
+
+def main() -> None:
+    code = run(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()

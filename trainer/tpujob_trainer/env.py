@@ -1,0 +1,117 @@
+"""The environment variables the operator sets for every trainer process (the only place they are named).
+
+| variable                          | meaning                                                              |
+|-----------------------------------|----------------------------------------------------------------------|
+| TPUJOB_COORDINATOR_ADDRESS        | `host:port` of process 0's JAX coordinator (multi-process runs)      |
+| TPUJOB_PROCESS_ID                 | this process's index, 0 .. count-1                                   |
+| TPUJOB_PROCESS_COUNT              | JAX processes the job starts (all slices together)                   |
+| TPUJOB_EXPECTED_DEVICES           | global JAX device count the job expects (all processes)              |
+| TPUJOB_SLICE_ID                   | this process's slice, 0 .. slices-1 (multi-slice)                    |
+| TPUJOB_NUM_SLICES                 | slices of the job (default 1)                                        |
+| TPUJOB_INIT_TIMEOUT_S             | seconds to wait for every process to join (default 300)              |
+| TPUJOB_CPU_DEVICES                | CPU only: JAX devices per process (like --xla_force_host_platform_device_count) |
+| TPUJOB_PEAK_TFLOPS_PER_DEVICE     | peak TFLOP/s of one device, for MFU (default: the catalog, or measured on CPU) |
+| TPUJOB_TERMINATION_LOG            | file for the one-line JSON exit reason (default /dev/termination-log) |
+| WANDB_API_KEY                     | Weights & Biases key (from a Kubernetes Secret); never in the config |
+
+Unset or empty variables mean "not given". A malformed value is a config error.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+COORDINATOR_ADDRESS = "TPUJOB_COORDINATOR_ADDRESS"
+PROCESS_ID = "TPUJOB_PROCESS_ID"
+PROCESS_COUNT = "TPUJOB_PROCESS_COUNT"
+EXPECTED_DEVICES = "TPUJOB_EXPECTED_DEVICES"
+SLICE_ID = "TPUJOB_SLICE_ID"
+NUM_SLICES = "TPUJOB_NUM_SLICES"
+INIT_TIMEOUT_S = "TPUJOB_INIT_TIMEOUT_S"
+CPU_DEVICES = "TPUJOB_CPU_DEVICES"
+PEAK_TFLOPS_PER_DEVICE = "TPUJOB_PEAK_TFLOPS_PER_DEVICE"
+TERMINATION_LOG = "TPUJOB_TERMINATION_LOG"
+WANDB_API_KEY = "WANDB_API_KEY"
+
+ALL = (COORDINATOR_ADDRESS, PROCESS_ID, PROCESS_COUNT, EXPECTED_DEVICES, SLICE_ID, NUM_SLICES,
+       INIT_TIMEOUT_S, CPU_DEVICES, PEAK_TFLOPS_PER_DEVICE, TERMINATION_LOG)
+
+
+class EnvError(ValueError):
+    """A malformed TPUJOB_* variable."""
+
+
+def _get(env: dict[str, str], name: str) -> str | None:
+    v = env.get(name, "").strip()
+    return v or None
+
+
+def _int(env: dict[str, str], name: str, *, minimum: int = 0) -> int | None:
+    v = _get(env, name)
+    if v is None:
+        return None
+    try:
+        n = int(v)
+    except ValueError:
+        raise EnvError(f"{name}={v!r} is not an integer") from None
+    if n < minimum:
+        raise EnvError(f"{name}={n} must be >= {minimum}")
+    return n
+
+
+def _float(env: dict[str, str], name: str) -> float | None:
+    v = _get(env, name)
+    if v is None:
+        return None
+    try:
+        x = float(v)
+    except ValueError:
+        raise EnvError(f"{name}={v!r} is not a number") from None
+    if not x > 0:
+        raise EnvError(f"{name}={x} must be > 0")
+    return x
+
+
+@dataclass(frozen=True)
+class ProcessEnv:
+    """What the operator told this process about the job it belongs to."""
+
+    coordinator_address: str | None = None
+    process_id: int = 0
+    process_count: int = 1
+    expected_devices: int | None = None
+    slice_id: int = 0
+    num_slices: int = 1
+    init_timeout_s: int = 300
+    cpu_devices: int | None = None
+    peak_tflops_per_device: float | None = None
+    termination_log: str | None = None
+
+    @property
+    def is_multiprocess(self) -> bool:
+        return self.process_count > 1
+
+    @classmethod
+    def from_env(cls, env: dict[str, str] | None = None) -> ProcessEnv:
+        env = dict(os.environ if env is None else env)
+        count = _int(env, PROCESS_COUNT, minimum=1) or 1
+        pid = _int(env, PROCESS_ID) or 0
+        if pid >= count:
+            raise EnvError(f"{PROCESS_ID}={pid} must be < {PROCESS_COUNT}={count}")
+        coord = _get(env, COORDINATOR_ADDRESS)
+        if count > 1 and coord is None:
+            raise EnvError(f"{PROCESS_COUNT}={count} needs {COORDINATOR_ADDRESS} (host:port)")
+        if coord is not None and (":" not in coord or not coord.rsplit(":", 1)[1].isdigit()):
+            raise EnvError(f"{COORDINATOR_ADDRESS}={coord!r} must be host:port")
+        slices = _int(env, NUM_SLICES, minimum=1) or 1
+        slice_id = _int(env, SLICE_ID) or 0
+        if slice_id >= slices:
+            raise EnvError(f"{SLICE_ID}={slice_id} must be < {NUM_SLICES}={slices}")
+        return cls(
+            coordinator_address=coord, process_id=pid, process_count=count,
+            expected_devices=_int(env, EXPECTED_DEVICES, minimum=1), slice_id=slice_id,
+            num_slices=slices, init_timeout_s=_int(env, INIT_TIMEOUT_S, minimum=1) or 300,
+            cpu_devices=_int(env, CPU_DEVICES, minimum=1),
+            peak_tflops_per_device=_float(env, PEAK_TFLOPS_PER_DEVICE),
+            termination_log=_get(env, TERMINATION_LOG))

@@ -1,0 +1,86 @@
+"""The exit contract with the operator: reasons, exit codes, and the termination message.
+
+Codes follow the JobSet podFailurePolicy convention xpk uses: 42 (and signals, 128+) restart the
+JobSet; every other non-zero code fails it. The operator maps the reason in the termination
+message to the job's status.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import os
+
+from tpujob_trainer import env as envvars
+
+
+class Reason(str, enum.Enum):
+    COMPLETED = "Completed"
+    DATA_EXHAUSTED = "DataExhausted"     # clean stop: data ran out with data.on_exhausted=stop
+    PREEMPTED = "Preempted"              # SIGTERM: checkpointed, restart me
+    PEER_LOST = "PeerLost"               # another process vanished: restart the set
+    CONFIG_ERROR = "ConfigError"
+    OUT_OF_MEMORY = "OutOfMemory"
+    DATA_ERROR = "DataError"
+    NAN_LOSS = "NaNLoss"
+    MESH_MISMATCH = "MeshMismatch"       # processes/devices differ from the job's, or bad mesh
+    INTERNAL_ERROR = "InternalError"
+
+
+RETRY_EXIT_CODE = 42
+
+EXIT_CODES: dict[Reason, int] = {
+    Reason.COMPLETED: 0,
+    Reason.DATA_EXHAUSTED: 0,
+    Reason.PREEMPTED: RETRY_EXIT_CODE,
+    Reason.PEER_LOST: RETRY_EXIT_CODE,
+    Reason.INTERNAL_ERROR: 1,
+    Reason.CONFIG_ERROR: 3,
+    Reason.OUT_OF_MEMORY: 4,
+    Reason.DATA_ERROR: 5,
+    Reason.NAN_LOSS: 6,
+    Reason.MESH_MISMATCH: 7,
+}
+
+DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+
+
+class TrainerExit(Exception):
+    """Stop the run with this reason; the CLI turns it into the exit code and message."""
+
+    def __init__(self, reason: Reason, message: str):
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.reason]
+
+
+def is_retryable(reason: Reason) -> bool:
+    return EXIT_CODES[reason] == RETRY_EXIT_CODE
+
+
+def termination_log_path(env: dict[str, str] | None = None) -> str | None:
+    """TPUJOB_TERMINATION_LOG, else /dev/termination-log when it can be written, else None."""
+    env = os.environ if env is None else env
+    path = (env.get(envvars.TERMINATION_LOG) or "").strip()
+    if path:
+        return path
+    if os.path.exists(DEFAULT_TERMINATION_LOG) and os.access(DEFAULT_TERMINATION_LOG, os.W_OK):
+        return DEFAULT_TERMINATION_LOG
+    return None
+
+
+def write_termination_message(reason: Reason, message: str, env: dict[str, str] | None = None) -> None:
+    """One JSON line `{"reason", "message"}`; Kubernetes keeps at most 4 KiB of it."""
+    path = termination_log_path(env)
+    if path is None:
+        return
+    line = json.dumps({"reason": reason.value, "message": message[:3000]})
+    try:
+        with open(path, "w") as f:
+            f.write(line + "\n")
+    except OSError:
+        pass  # the exit code still tells the operator what happened

@@ -1,0 +1,312 @@
+"""The training loop: config -> mesh -> sharded state -> data -> jitted step -> reports and
+checkpoints, until `train.steps`, a stop request, or a failure (as a `TrainerExit`).
+
+The step is dispatched before the previous step's metrics are read back, so the host never
+waits on the step it just queued: step time is the interval between two steps' completions.
+Effects (logging, NaN checks, checkpoints, W&B) all live here, not in the step.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax
+import numpy as np
+
+from tpujob_plan.flops import train_flops_per_step
+from tpujob_trainer.config.root import TrainerConfig
+from tpujob_trainer.env import ProcessEnv
+from tpujob_trainer.exits import Reason, TrainerExit
+from tpujob_trainer.mesh import build_mesh
+from tpujob_trainer.optim import build_optimizer
+from tpujob_trainer.remat import device_memory_bytes, resolve_remat
+from tpujob_trainer.sharding import activate, named_sharding
+from tpujob_trainer.step import build_step_fns
+from tpujob_trainer.telemetry.jsonlog import JsonLog
+from tpujob_trainer.telemetry.memory import memory_snapshot
+from tpujob_trainer.telemetry.peak import peak_tflops_per_device
+from tpujob_trainer.telemetry.server import Progress, ProgressServer
+from tpujob_trainer.telemetry.wandb_run import WandbRun
+
+WANDB_NAMES = {
+    "loss": "learning/loss", "aux_loss": "learning/moe_lb_loss", "grad_norm": "learning/grad_norm",
+    "lr": "learning/current_learning_rate", "step_time_s": "perf/step_time_seconds",
+    "tflops_per_device": "perf/per_device_tflops_per_sec",
+    "tokens_per_s_per_device": "perf/per_device_tokens_per_sec", "mfu": "perf/mfu",
+}
+
+
+class StopSignal:
+    """Remembers a SIGTERM (preemption, pod deletion) for the loop to act on between steps."""
+
+    def __init__(self):
+        self.requested = False
+        self._previous: dict[int, Any] = {}
+
+    def install(self) -> None:
+        for sig in (signal.SIGTERM,):
+            self._previous[sig] = signal.signal(sig, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = True
+
+    def uninstall(self) -> None:
+        for sig, handler in self._previous.items():
+            signal.signal(sig, handler)
+        self._previous.clear()
+
+
+@dataclass
+class Outcome:
+    reason: Reason
+    message: str
+    step: int
+    losses: list[float] = field(default_factory=list)
+
+
+@dataclass
+class _Timer:
+    """Step time from completions: the host reads step N-1 while step N runs."""
+
+    last_done: float
+    flops_per_step: float
+    tokens_per_step: int
+    num_devices: int
+    peak_tflops: float | None
+
+    def figures(self, now: float, steps: int = 1) -> dict[str, float | None]:
+        dt = max((now - self.last_done) / steps, 1e-9)
+        self.last_done = now
+        tflops = self.flops_per_step / dt / self.num_devices / 1e12
+        return {"step_time_s": dt,
+                "tokens_per_s": self.tokens_per_step / dt,
+                "tokens_per_s_per_device": self.tokens_per_step / dt / self.num_devices,
+                "tflops_per_device": tflops,
+                "mfu": tflops / self.peak_tflops if self.peak_tflops else None}
+
+
+def _classify(e: BaseException) -> Reason | None:
+    text = f"{type(e).__name__}: {e}"
+    if "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text:
+        return Reason.OUT_OF_MEMORY
+    if jax.process_count() > 1 and any(s in text for s in (
+            "DEADLINE_EXCEEDED", "UNAVAILABLE", "heartbeat", "Connection reset", "task has died")):
+        return Reason.PEER_LOST
+    return None
+
+
+def train(cfg: TrainerConfig, penv: ProcessEnv, *, stop: StopSignal | None = None,
+          log: JsonLog | None = None) -> Outcome:
+    """Run training to the end; failures raise TrainerExit (or are classified by the CLI)."""
+    try:
+        return _train(cfg, penv, stop or StopSignal(), log or JsonLog(jax.process_index() == 0))
+    except TrainerExit:
+        raise
+    except Exception as e:
+        reason = _classify(e)
+        if reason is None:
+            raise
+        raise TrainerExit(reason, f"{type(e).__name__}: {str(e)[:1500]}") from e
+
+
+def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog) -> Outcome:
+    from tpujob_trainer.checkpoint import Checkpointer, restore_params
+    from tpujob_trainer.data import DataError, DataExhausted, build_data_source
+
+    t_start = time.perf_counter()
+    is_main = jax.process_index() == 0
+    B, L = cfg.train.global_batch, cfg.train.seq_len
+    devices = jax.devices()
+    if B % jax.process_count():
+        raise TrainerExit(Reason.CONFIG_ERROR, f"train.global_batch ({B}) must be divisible by the "
+                          f"number of processes ({jax.process_count()})")
+
+    # Mesh first: a layout that cannot work fails here, before anything compiles.
+    mesh, mesh_plan = build_mesh(cfg.mesh, num_slices=penv.num_slices, devices=devices)
+    hbm = device_memory_bytes(devices[0])
+    remat = resolve_remat(cfg, mesh_plan.axes, hbm)
+    model_cfg = cfg.model.model_copy(update={"remat": remat})
+    peak, peak_source = peak_tflops_per_device(
+        penv.peak_tflops_per_device, devices[0], local_devices=jax.local_device_count(),
+        measure=cfg.metrics.measure_peak)
+    shape = cfg.model.to_shape()
+    flops = train_flops_per_step(shape, B, L)
+    log.emit("start", processes=jax.process_count(), devices=len(devices),
+             device_kind=devices[0].device_kind, mesh=mesh_plan.axes, remat=remat,
+             params=shape.total_params, flops_per_step=flops, peak_tflops_per_device=peak,
+             peak_source=peak_source, total_steps=cfg.train.steps)
+
+    progress = Progress(step=0, total_steps=cfg.train.steps)
+    server = None
+    if is_main and cfg.metrics.port is not None:
+        server = ProgressServer(progress, cfg.metrics.port)
+        log.emit("http", port=server.port)
+    wandb_run = None
+    if is_main:
+        wandb_run, why = WandbRun.start(cfg.metrics.wandb, config=cfg.model_dump(mode="json"),
+                                        output=cfg.output)
+        if wandb_run is None and cfg.metrics.wandb.project:
+            log.emit("warning", message=f"W&B off: {why}")
+
+    def memory(phase: str, **extra: Any) -> None:
+        snap = memory_snapshot()
+        progress.update(**snap)
+        log.emit("memory", phase=phase, **snap, **extra)
+
+    tx, schedule = build_optimizer(cfg.optimizer, cfg.train.steps)
+    tokens_sharding = named_sharding(("batch", None), (B, L + 1), mesh)
+    stop_sharding = named_sharding(("batch",), (B,), mesh)
+    checkpointer = None
+    try:
+        with activate(mesh):
+            fns = build_step_fns(model_cfg, tx, schedule, seed=cfg.train.seed,
+                                 grad_accum=cfg.train.grad_accum, mesh=mesh,
+                                 batch_shardings={"tokens": tokens_sharding, "stop": stop_sharding})
+            try:
+                data = build_data_source(
+                    cfg.data, seq_len=L, global_batch=B, vocab_size=cfg.model.vocab_size,
+                    process_index=jax.process_index(), process_count=jax.process_count(),
+                    seed=cfg.train.seed)
+            except DataError as e:
+                raise TrainerExit(Reason.DATA_ERROR, str(e)) from e
+            if cfg.checkpoint.enabled:
+                checkpointer = Checkpointer(cfg.checkpoint, f"{cfg.output.rstrip('/')}/checkpoints")
+
+            # State: resume, or start from another run's parameters, or initialize - sharded
+            # from the start (jit with out_shardings; restores read into shape-only targets).
+            progress.update(phase="initializing")
+            resume_step = (checkpointer.latest_step()
+                           if checkpointer is not None and cfg.checkpoint.resume else None)
+            if resume_step is not None:
+                state, data_state, step = checkpointer.restore(fns.abstract_state)
+                data.restore(data_state)
+                memory("after_restore", step=step)
+            else:
+                state = fns.init()
+                step = 0
+                if cfg.checkpoint.init_params_from:
+                    del state["params"]  # never hold two copies of the parameters
+                    params, from_step = restore_params(
+                        cfg.checkpoint.init_params_from, fns.abstract_state["params"],
+                        step=cfg.checkpoint.init_params_step)
+                    state["params"] = params
+                    log.emit("init_params", source=cfg.checkpoint.init_params_from, step=from_step)
+                memory("after_init")
+
+            progress.update(phase="compiling", step=step)
+            t0 = time.perf_counter()
+            abstract_batch = {"tokens": jax.ShapeDtypeStruct((B, L + 1), np.int32, sharding=tokens_sharding),
+                              "stop": jax.ShapeDtypeStruct((B,), np.int32, sharding=stop_sharding)}
+            compiled = fns.step.lower(fns.abstract_state, abstract_batch).compile()
+            compile_s = time.perf_counter() - t0
+            memory("after_compile", compile_s=round(compile_s, 3))
+            log.emit("compiled", compile_s=compile_s, startup_s=time.perf_counter() - t_start)
+
+            return _run_steps(cfg, compiled, state, step, data, checkpointer, stop, log, progress,
+                              memory, wandb_run, _Timer(time.perf_counter(), flops, B * L,
+                                                        len(devices), peak),
+                              to_global=lambda local, flag: {
+                                  "tokens": jax.make_array_from_process_local_data(
+                                      tokens_sharding, local, (B, L + 1)),
+                                  "stop": jax.make_array_from_process_local_data(
+                                      stop_sharding, np.full((local.shape[0],), flag, np.int32), (B,))},
+                              errors=(DataError, DataExhausted))
+    finally:
+        if checkpointer is not None:
+            checkpointer.close()
+        if server is not None:
+            server.close()
+        if wandb_run is not None:
+            wandb_run.finish()
+
+
+def _run_steps(cfg, compiled, state, step, data, checkpointer, stop, log, progress, memory,
+               wandb_run, timer: _Timer, *, to_global, errors) -> Outcome:
+    DataError, DataExhausted = errors
+    total = cfg.train.steps
+    losses: list[float] = []
+    pending: tuple[int, Any] | None = None     # (step number, its metrics on device)
+    last_ckpt: int | None = None
+    progress.update(phase="training", step=step)
+
+    def read(pending_step: int, metrics: Any) -> bool:
+        """Read back one step's metrics (blocks on that step only); True if a stop was requested."""
+        m = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        losses.append(m["loss"])
+        fig = timer.figures(time.perf_counter())
+        if not math.isfinite(m["loss"]):
+            raise TrainerExit(Reason.NAN_LOSS, f"loss is {m['loss']} at step {pending_step} "
+                              f"(grad norm {m['grad_norm']}, lr {m['lr']:.3g})")
+        row = {"step": pending_step, "loss": m["loss"], "grad_norm": m["grad_norm"], "lr": m["lr"],
+               **fig}
+        if cfg.model.moe.num_experts:
+            row["aux_loss"] = m["aux_loss"]
+        progress.update(**row)
+        if pending_step % cfg.metrics.log_every == 0 or pending_step == total:
+            log.emit("step", **row)
+            if wandb_run is not None:
+                wandb_run.log(pending_step, {WANDB_NAMES.get(k, k): v for k, v in row.items()
+                                             if v is not None and k != "step"})
+        if pending_step % cfg.metrics.memory_every == 0:
+            memory("training", step=pending_step)
+        return m["stop"] > 0
+
+    def save(at: int, force: bool) -> None:
+        nonlocal last_ckpt
+        if checkpointer is not None and checkpointer.save(at, state, data.state(), force=force):
+            last_ckpt = at
+            progress.update(last_checkpoint_step=at)
+            log.emit("checkpoint", step=at, blocking_s=checkpointer.last_save_blocking_s)
+
+    stop.install()
+    reason, message = Reason.COMPLETED, f"trained {total} steps"
+    try:
+        while step < total:
+            try:
+                local = data.next_batch()
+            except DataExhausted as e:
+                reason, message = Reason.DATA_EXHAUSTED, f"data ran out after step {step}: {e}"
+                break
+            except DataError as e:
+                raise TrainerExit(Reason.DATA_ERROR, str(e)) from e
+            state, metrics = compiled(state, to_global(local, int(stop.requested)))
+            step += 1
+            stop_now = False
+            if pending is not None:
+                stop_now = read(*pending)
+            pending = (step, metrics)
+            if stop_now:
+                # Every process saw the same flag with the same step: save together, then go.
+                stop_now = read(*pending)
+                pending = None
+                save(step, force=True)
+                reason, message = Reason.PREEMPTED, f"stopped by SIGTERM after step {step}"
+                break
+            if checkpointer is not None and checkpointer.should_save(step):
+                # Never checkpoint a NaN: read this step's loss first (a sync every `every` steps).
+                stop_now = read(*pending)
+                pending = None
+                save(step, force=False)
+                if stop_now:
+                    reason, message = Reason.PREEMPTED, f"stopped by SIGTERM after step {step}"
+                    break
+        if pending is not None:
+            if read(*pending) and reason == Reason.COMPLETED and step < total:
+                reason = Reason.PREEMPTED
+            pending = None
+        if reason in (Reason.COMPLETED, Reason.DATA_EXHAUSTED) and step > 0:
+            save(step, force=True)
+        if checkpointer is not None:
+            t0 = time.perf_counter()
+            checkpointer.wait()
+            log.emit("checkpoint_wait", seconds=time.perf_counter() - t0)
+    finally:
+        stop.uninstall()
+    progress.update(phase="done", reason=reason.value, step=step)
+    log.emit("end", reason=reason.value, message=message, step=step,
+             last_checkpoint_step=last_ckpt)
+    return Outcome(reason, message, step, losses)

@@ -1,0 +1,88 @@
+"""Building blocks: RMSNorm, rotary embeddings, grouped-query causal attention, SwiGLU MLP.
+
+Tensor names carry their shapes: B batch, L length, D model width, N query heads, K key/value
+heads, H head width, F MLP hidden width, V vocabulary. Parameters are stored in `param_dtype`
+and cast to the compute `dtype` where they are used.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from tpujob_trainer.sharding import shard
+
+
+def init_param(rngs: nnx.Rngs, shape: tuple[int, ...], fan_in: int, dtype, axes, *,
+               stddev: float | None = None) -> nnx.Param:
+    """A truncated-normal weight with std 1/sqrt(fan_in) (LeCun), tagged with logical axes."""
+    std = stddev if stddev is not None else fan_in ** -0.5
+    # Truncated at 2 std, rescaled so that the std is `std`.
+    w = jax.random.truncated_normal(rngs.params(), -2.0, 2.0, shape, jnp.float32) * (std / 0.87962566)
+    return nnx.Param(w.astype(dtype), axes=axes)
+
+
+class RMSNorm(nnx.Module):
+    def __init__(self, d: int, *, eps: float, dtype, param_dtype):
+        self.scale = nnx.Param(jnp.ones((d,), param_dtype), axes=(None,))
+        self.eps = eps
+        self.dtype = dtype
+
+    def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
+        x = x_BxLxD.astype(jnp.float32)
+        inv_rms = jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + self.eps)
+        return (x * inv_rms * self.scale[...].astype(jnp.float32)).astype(self.dtype)
+
+
+def rope(x_BxLxNxH: jax.Array, positions_L: jax.Array, theta: float) -> jax.Array:
+    """Rotary position embedding (rotate-half form) applied to queries or keys."""
+    h = x_BxLxNxH.shape[-1]
+    inv_freq_h = 1.0 / (theta ** (jnp.arange(0, h // 2, dtype=jnp.float32) * 2 / h))
+    angles_Lxh = positions_L[:, None].astype(jnp.float32) * inv_freq_h[None, :]
+    sin = jnp.sin(angles_Lxh)[None, :, None, :].astype(x_BxLxNxH.dtype)
+    cos = jnp.cos(angles_Lxh)[None, :, None, :].astype(x_BxLxNxH.dtype)
+    x1, x2 = jnp.split(x_BxLxNxH, 2, axis=-1)
+    return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+
+
+class Attention(nnx.Module):
+    """Causal grouped-query attention: K key/value heads shared by N/K query heads each."""
+
+    def __init__(self, d: int, n_heads: int, n_kv_heads: int, head_dim: int, *, rope_theta: float,
+                 dtype, param_dtype, rngs: nnx.Rngs):
+        self.wq_DxNxH = init_param(rngs, (d, n_heads, head_dim), d, param_dtype, ("embed", "heads", None))
+        self.wk_DxKxH = init_param(rngs, (d, n_kv_heads, head_dim), d, param_dtype, ("embed", "kv_heads", None))
+        self.wv_DxKxH = init_param(rngs, (d, n_kv_heads, head_dim), d, param_dtype, ("embed", "kv_heads", None))
+        self.wo_NxHxD = init_param(rngs, (n_heads, head_dim, d), n_heads * head_dim, param_dtype,
+                                   ("heads", None, "embed"))
+        self.rope_theta = rope_theta
+        self.dtype = dtype
+
+    def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
+        dt = self.dtype
+        positions_L = jnp.arange(x_BxLxD.shape[1])
+        q_BxLxNxH = jnp.einsum("bld,dnh->blnh", x_BxLxD, self.wq_DxNxH[...].astype(dt))
+        k_BxLxKxH = jnp.einsum("bld,dkh->blkh", x_BxLxD, self.wk_DxKxH[...].astype(dt))
+        v_BxLxKxH = jnp.einsum("bld,dkh->blkh", x_BxLxD, self.wv_DxKxH[...].astype(dt))
+        q_BxLxNxH = shard(rope(q_BxLxNxH, positions_L, self.rope_theta), ("batch", "length", "heads", None))
+        k_BxLxKxH = shard(rope(k_BxLxKxH, positions_L, self.rope_theta), ("batch", "length", "kv_heads", None))
+        v_BxLxKxH = shard(v_BxLxKxH, ("batch", "length", "kv_heads", None))
+        o_BxLxNxH = jax.nn.dot_product_attention(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH, is_causal=True)
+        return jnp.einsum("blnh,nhd->bld", o_BxLxNxH, self.wo_NxHxD[...].astype(dt))
+
+
+class MLP(nnx.Module):
+    """SwiGLU: down(silu(gate(x)) * up(x)); gate and up are one [D, 2, F] weight (one matmul)."""
+
+    def __init__(self, d: int, f: int, *, dtype, param_dtype, rngs: nnx.Rngs):
+        self.w_in_Dx2xF = init_param(rngs, (d, 2, f), d, param_dtype, ("embed", None, "mlp"))
+        self.w_out_FxD = init_param(rngs, (f, d), f, param_dtype, ("mlp", "embed"))
+        self.dtype = dtype
+
+    def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
+        dt = self.dtype
+        h_BxLx2xF = jnp.einsum("bld,dkf->blkf", x_BxLxD, self.w_in_Dx2xF[...].astype(dt))
+        h_BxLxF = jax.nn.silu(h_BxLx2xF[:, :, 0]) * h_BxLx2xF[:, :, 1]
+        h_BxLxF = shard(h_BxLxF, ("batch", "length", "mlp"))
+        return jnp.einsum("blf,fd->bld", h_BxLxF, self.w_out_FxD[...].astype(dt))

@@ -1,0 +1,73 @@
+"""Mixture-of-experts feed-forward layer: top-k routing with capacity, shared experts, and the
+load-balancing loss (Switch/GShard style: E * sum_e fraction_e * mean_prob_e, 1.0 when balanced).
+
+Tokens are routed within each sequence (the group): every expert takes at most C tokens of a
+group, C = ceil(k * L / E * capacity_factor); tokens over capacity skip that expert (the
+residual path carries them). Dispatch and combine are one-hot einsums, which shard over the
+`expert` mesh axis without custom collectives.
+"""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from tpujob_trainer.config.model import MoEConfig
+from tpujob_trainer.models.layers import MLP, init_param
+
+
+class MoE(nnx.Module):
+    def __init__(self, d: int, default_f: int, cfg: MoEConfig, *, dtype, param_dtype, rngs: nnx.Rngs):
+        e, f = cfg.num_experts, cfg.mlp_dim or default_f
+        self.router_DxE = init_param(rngs, (d, e), d, jnp.float32, ("embed", None))
+        self.w_in_ExDx2xF = init_param(rngs, (e, d, 2, f), d, param_dtype, ("experts", "embed", None, "mlp"))
+        self.w_out_ExFxD = init_param(rngs, (e, f, d), f, param_dtype, ("experts", "mlp", "embed"))
+        self.shared = (MLP(d, f * cfg.num_shared_experts, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
+                       if cfg.num_shared_experts else None)
+        self.num_experts, self.top_k = e, cfg.experts_per_token
+        self.capacity_factor = cfg.capacity_factor
+        self.dtype = dtype
+
+    def capacity(self, length: int) -> int:
+        return min(length, math.ceil(self.top_k * length / self.num_experts * self.capacity_factor))
+
+    def __call__(self, x_BxLxD: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Returns the layer output and its load-balancing loss (a scalar)."""
+        dt, E, k = self.dtype, self.num_experts, self.top_k
+        B, L, _ = x_BxLxD.shape
+        C = self.capacity(L)
+        logits_BxLxE = jnp.einsum("bld,de->ble", x_BxLxD.astype(jnp.float32), self.router_DxE[...])
+        probs_BxLxE = jax.nn.softmax(logits_BxLxE, axis=-1)
+        top_p_BxLxk, top_i_BxLxk = jax.lax.top_k(probs_BxLxE, k)
+        weights_BxLxk = top_p_BxLxk / jnp.sum(top_p_BxLxk, axis=-1, keepdims=True)
+
+        # Slot of each (choice, token) in its expert's buffer: first choices are served first.
+        choice_BxkxLxE = jax.nn.one_hot(top_i_BxLxk, E, dtype=jnp.int32).transpose(0, 2, 1, 3)
+        order_BxkLxE = choice_BxkxLxE.reshape(B, k * L, E)
+        slot_BxkLxE = jnp.cumsum(order_BxkLxE, axis=1) - 1
+        kept_BxkLxE = order_BxkLxE * (slot_BxkLxE < C)
+        slot_BxkxL = jnp.sum(slot_BxkLxE * kept_BxkLxE, axis=-1).reshape(B, k, L)
+        kept_BxkxLxE = kept_BxkLxE.reshape(B, k, L, E)
+        # dispatch[b, l, e, c] = 1 when token l of group b sits in slot c of expert e.
+        dispatch_BxkxLxExC = (kept_BxkxLxE[..., None]
+                              * jax.nn.one_hot(slot_BxkxL, C, dtype=jnp.int32)[:, :, :, None, :])
+        dispatch_BxLxExC = jnp.sum(dispatch_BxkxLxExC, axis=1).astype(dt)
+        combine_BxLxExC = jnp.einsum("bklec,blk->blec", dispatch_BxkxLxExC.astype(jnp.float32),
+                                     weights_BxLxk).astype(dt)
+
+        xin_ExBxCxD = jnp.einsum("blec,bld->ebcd", dispatch_BxLxExC, x_BxLxD)
+        h_ExBxCx2xF = jnp.einsum("ebcd,edkf->ebckf", xin_ExBxCxD, self.w_in_ExDx2xF[...].astype(dt))
+        h_ExBxCxF = jax.nn.silu(h_ExBxCx2xF[..., 0, :]) * h_ExBxCx2xF[..., 1, :]
+        out_ExBxCxD = jnp.einsum("ebcf,efd->ebcd", h_ExBxCxF, self.w_out_ExFxD[...].astype(dt))
+        y_BxLxD = jnp.einsum("blec,ebcd->bld", combine_BxLxExC, out_ExBxCxD)
+        if self.shared is not None:
+            y_BxLxD = y_BxLxD + self.shared(x_BxLxD)
+
+        # Load balance: fraction of routed choices per expert x mean router probability per expert.
+        frac_E = jnp.mean(jnp.sum(choice_BxkxLxE, axis=1), axis=(0, 1)).astype(jnp.float32) / k
+        mean_prob_E = jnp.mean(probs_BxLxE, axis=(0, 1))
+        aux = E * jnp.sum(frac_E * mean_prob_E)
+        return y_BxLxD, aux

@@ -1,0 +1,108 @@
+"""Logical axis names -> mesh axes (MaxText-style rules), and activation sharding constraints.
+
+Parameters carry logical axis names in their `axes` metadata (`nnx.Param(w, axes=("embed", "mlp"))`);
+activations are constrained with `shard(x, ("batch", "length", None))`. A logical axis maps to
+the mesh axes its rule names, skipping those of size 1, those already used by another dimension,
+and those that do not divide the dimension (that dimension is then replicated over them).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterator, Sequence
+
+import jax
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+LogicalAxes = Sequence[str | None]
+
+# MaxText's defaults, for the axes this trainer has.
+LOGICAL_RULES: dict[str, tuple[str, ...]] = {
+    "batch": ("data", "fsdp", "expert"),
+    "length": ("context",),
+    "embed": ("fsdp",),
+    "heads": ("tensor",),
+    "kv_heads": ("tensor",),
+    "mlp": ("tensor",),
+    "vocab": ("tensor",),
+    "experts": ("expert",),
+}
+
+_active_mesh: Mesh | None = None
+
+
+def logical_to_spec(axes: LogicalAxes, shape: Sequence[int], mesh: Mesh | None,
+                    rules: dict[str, tuple[str, ...]] = LOGICAL_RULES) -> PartitionSpec:
+    """The PartitionSpec of an array of `shape` whose dimensions have these logical names."""
+    if mesh is None:
+        return PartitionSpec()
+    used: set[str] = set()
+    spec: list[tuple[str, ...] | None] = []
+    for name, dim in zip(axes, shape, strict=True):
+        chosen: list[str] = []
+        for mesh_axis in rules.get(name, ()) if name else ():
+            size = mesh.shape.get(mesh_axis, 1)
+            if size == 1 or mesh_axis in used:
+                continue
+            if dim % (math.prod(mesh.shape[a] for a in chosen) * size) == 0:
+                chosen.append(mesh_axis)
+        used.update(chosen)
+        spec.append(tuple(chosen) if chosen else None)
+    while spec and spec[-1] is None:
+        spec.pop()
+    return PartitionSpec(*spec)
+
+
+def named_sharding(axes: LogicalAxes, shape: Sequence[int], mesh: Mesh) -> NamedSharding:
+    return NamedSharding(mesh, logical_to_spec(axes, shape, mesh))
+
+
+@contextlib.contextmanager
+def activate(mesh: Mesh | None) -> Iterator[None]:
+    """Within this block, `shard()` constrains activations on `mesh` (tracing happens here)."""
+    global _active_mesh
+    previous, _active_mesh = _active_mesh, mesh
+    try:
+        if mesh is None:
+            yield
+        else:
+            with jax.set_mesh(mesh):
+                yield
+    finally:
+        _active_mesh = previous
+
+
+def shard(x: jax.Array, axes: LogicalAxes) -> jax.Array:
+    """Constrain an activation's sharding by logical axis names; a no-op without an active mesh."""
+    mesh = _active_mesh
+    if mesh is None or mesh.size == 1:
+        return x
+    return jax.lax.with_sharding_constraint(x, named_sharding(axes, x.shape, mesh))
+
+
+def param_shardings(abstract_params, mesh: Mesh):
+    """A NamedSharding for every parameter of an abstract nnx state, from its `axes` metadata.
+
+    Returns a pure dict (as `nnx.State.to_pure_dict`) of shardings.
+    """
+    from flax import nnx
+
+    def one(v):
+        value = v.get_value()
+        axes = v.get_metadata().get("axes") or (None,) * len(value.shape)
+        return named_sharding(axes, value.shape, mesh)
+
+    mapped = jax.tree.map(one, abstract_params, is_leaf=lambda x: isinstance(x, nnx.Variable))
+    return nnx.to_pure_dict(mapped) if hasattr(nnx, "to_pure_dict") else mapped.to_pure_dict()
+
+
+def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
+    """Input batches: rows over the batch axes, the rest replicated."""
+    batch_axes = tuple(a for a in LOGICAL_RULES["batch"] if mesh.shape.get(a, 1) > 1)
+    return NamedSharding(mesh, PartitionSpec(batch_axes or None, *([None] * (ndim - 1))))
+
+
+def batch_shards(mesh: Mesh) -> int:
+    """How many ways the batch dimension is split."""
+    return math.prod(mesh.shape.get(a, 1) for a in LOGICAL_RULES["batch"])

@@ -1,0 +1,88 @@
+"""The HTTP endpoint the operator reads on process 0: `/metrics` (Prometheus text) and
+`/progress` (one JSON document: step, total, loss, speed, phase, last checkpoint)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+
+GAUGES = {
+    "step": ("tpujob_train_step", "Optimizer steps completed."),
+    "total_steps": ("tpujob_train_total_steps", "Steps the run trains to."),
+    "loss": ("tpujob_train_loss", "Training loss of the last reported step."),
+    "grad_norm": ("tpujob_train_grad_norm", "Global gradient norm of the last reported step."),
+    "lr": ("tpujob_train_learning_rate", "Learning rate of the last reported step."),
+    "step_time_s": ("tpujob_train_step_time_seconds", "Seconds per step."),
+    "tokens_per_s_per_device": ("tpujob_train_tokens_per_second_per_device", "Tokens per second per device."),
+    "tflops_per_device": ("tpujob_train_tflops_per_device", "Model TFLOP/s per device (MaxText count)."),
+    "mfu": ("tpujob_train_mfu", "Model FLOPs utilization (0..1)."),
+    "last_checkpoint_step": ("tpujob_train_last_checkpoint_step", "Step of the newest checkpoint save started."),
+    "rss_bytes": ("tpujob_train_process_rss_bytes", "Resident memory of process 0."),
+    "device_peak_bytes": ("tpujob_train_device_peak_bytes", "Peak device memory in use (max over local devices)."),
+}
+
+
+class Progress:
+    """Thread-safe latest figures; `update(**fields)` from the loop, read by the HTTP server."""
+
+    def __init__(self, **initial: Any):
+        self._lock = threading.Lock()
+        self._doc: dict[str, Any] = {"phase": "starting", "started_at": time.time(), **initial}
+        self.registry = CollectorRegistry()
+        self._gauges = {k: Gauge(name, doc, registry=self.registry) for k, (name, doc) in GAUGES.items()}
+        self.update(**initial)
+
+    def update(self, **fields: Any) -> None:
+        with self._lock:
+            self._doc.update(fields)
+            self._doc["updated_at"] = time.time()
+            for k, v in fields.items():
+                if k in self._gauges and isinstance(v, (int, float)) and not isinstance(v, bool):
+                    self._gauges[k].set(v)
+
+    def document(self) -> dict[str, Any]:
+        with self._lock:
+            return dict(self._doc)
+
+
+class ProgressServer:
+    def __init__(self, progress: Progress, port: int, host: str = "0.0.0.0"):
+        progress_ref = progress
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self):  # noqa: N802 (http.server's name)
+                path = self.path.split("?")[0]
+                if path == "/metrics":
+                    body, ctype = generate_latest(progress_ref.registry), CONTENT_TYPE_LATEST
+                elif path in ("/progress", "/"):
+                    body = json.dumps(progress_ref.document(), default=str).encode()
+                    ctype = "application/json"
+                elif path == "/healthz":
+                    body, ctype = b"ok", "text/plain"
+                else:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Type", ctype)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args):  # keep stdout for JSON lines
+                pass
+
+        self._httpd = ThreadingHTTPServer((host, port), Handler)
+        self._httpd.daemon_threads = True
+        self.port = self._httpd.server_address[1]
+        self._thread = threading.Thread(target=self._httpd.serve_forever, name="tpujob-metrics",
+                                        daemon=True)
+        self._thread.start()
+
+    def close(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
