@@ -1,0 +1,128 @@
+"""Status models: serialization as Kubernetes writes it, phases, and the condition helper."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta, timezone
+
+import pytest
+from pydantic import ValidationError
+
+from tpujob.api import (
+    Condition,
+    ConditionStatus,
+    Failure,
+    FailureReason,
+    Phase,
+    Progress,
+    SliceStatus,
+    TpuTrainingJobStatus,
+    build_conditions,
+    find_condition,
+    format_errors,
+)
+
+pytestmark = pytest.mark.unit
+
+T0 = datetime(2026, 11, 21, 4, 0, 0, tzinfo=UTC)
+
+
+def sample_status() -> TpuTrainingJobStatus:
+    """A running job's status with every printer-column field set."""
+    return TpuTrainingJobStatus(
+        phase=Phase.RUNNING, observed_generation=1,
+        conditions=[Condition(type="Valid", status=ConditionStatus.TRUE, reason="Planned",
+                              message="4 hosts", last_transition_time=T0,
+                              observed_generation=1)],
+        slice=SliceStatus(topology="4x4", machine_type="ct6e-standard-4t", hosts=4, chips=16,
+                          devices=16, processes=4),
+        restarts=1,
+        progress=Progress(step=120, total_steps=1000, loss=2.75, step_time_seconds=0.5,
+                          tokens_per_second_per_device=8192.0, tflops_per_device=410.5,
+                          mfu=0.447, last_checkpoint_step=100, last_update_time=T0),
+        failure=Failure(reason=FailureReason.PREEMPTED, message="node pool upgraded"),
+        start_time=T0)
+
+
+def test_status_serializes_camel_case_with_kubernetes_times():
+    d = sample_status().to_dict()
+    assert d["phase"] == "Running"
+    assert d["slice"] == {"topology": "4x4", "machineType": "ct6e-standard-4t", "hosts": 4,
+                          "chips": 16, "devices": 16, "processes": 4}
+    assert d["progress"]["tokensPerSecondPerDevice"] == 8192.0
+    assert d["progress"]["lastUpdateTime"] == "2026-11-21T04:00:00Z"
+    assert d["conditions"][0]["lastTransitionTime"] == "2026-11-21T04:00:00Z"
+    assert "completionTime" not in d
+
+
+def test_times_are_converted_to_utc_seconds():
+    east = timezone(timedelta(hours=2))
+    p = Progress(step=1, last_update_time=datetime(2026, 1, 1, 2, 0, 0, 123456, tzinfo=east))
+    assert p.to_dict()["lastUpdateTime"] == "2026-01-01T00:00:00Z"
+
+
+def test_status_round_trips():
+    d = sample_status().to_dict()
+    assert TpuTrainingJobStatus.model_validate(d).to_dict() == d
+
+
+def test_empty_status_defaults():
+    assert TpuTrainingJobStatus().to_dict() == {"phase": "Pending", "conditions": [],
+                                                "restarts": 0}
+
+
+@pytest.mark.parametrize("phase, terminal", [
+    (Phase.PENDING, False), (Phase.RUNNING, False), (Phase.RESTARTING, False),
+    (Phase.SUSPENDED, False), (Phase.SUCCEEDED, True), (Phase.FAILED, True),
+    (Phase.INVALID, True),
+])
+def test_terminal_phases(phase, terminal):
+    assert phase.is_terminal is terminal
+
+
+@pytest.mark.parametrize("data, field", [
+    ({"phase": "Exploded"}, "phase"),
+    ({"restarts": -1}, "restarts"),
+    ({"progress": {"step": -5}}, "progress.step"),
+    ({"progress": {"mfu": -0.1}}, "progress.mfu"),
+    ({"failure": {"reason": "Gremlins"}}, "failure.reason"),
+    ({"conditions": [{"type": "Valid", "status": "Maybe", "reason": "X",
+                      "lastTransitionTime": "2026-01-01T00:00:00Z"}]}, "conditions[0].status"),
+    ({"conditions": [{"type": "Valid", "status": "True", "reason": "has space",
+                      "lastTransitionTime": "2026-01-01T00:00:00Z"}]}, "conditions[0].reason"),
+])
+def test_invalid_status_names_field(data, field):
+    with pytest.raises(ValidationError) as err:
+        TpuTrainingJobStatus.model_validate(data)
+    lines = format_errors(err.value, prefix="status")
+    assert any(line.startswith(f"status.{field}:") for line in lines), lines
+
+
+def _cond(type_, status, at, reason="R"):
+    return Condition(type=type_, status=status, reason=reason, last_transition_time=at)
+
+
+def test_build_conditions_appends_new_type():
+    out = build_conditions([_cond("Valid", ConditionStatus.TRUE, T0)],
+                           _cond("Running", ConditionStatus.TRUE, T0))
+    assert [c.type for c in out] == ["Valid", "Running"]
+
+
+def test_build_conditions_keeps_transition_time_when_status_unchanged():
+    later = T0 + timedelta(minutes=5)
+    out = build_conditions([_cond("Running", ConditionStatus.TRUE, T0, reason="A")],
+                           _cond("Running", ConditionStatus.TRUE, later, reason="B"))
+    assert len(out) == 1
+    assert out[0].last_transition_time == T0
+    assert out[0].reason == "B"
+
+
+def test_build_conditions_moves_transition_time_when_status_changes():
+    later = T0 + timedelta(minutes=5)
+    out = build_conditions([_cond("Valid", ConditionStatus.TRUE, T0),
+                            _cond("Running", ConditionStatus.TRUE, T0)],
+                           _cond("Running", ConditionStatus.FALSE, later))
+    assert [c.type for c in out] == ["Valid", "Running"]
+    assert out[1].last_transition_time == later
+    assert out[1].status == ConditionStatus.FALSE
+    assert find_condition(out, "Running") is out[1]
+    assert find_condition(out, "Stalled") is None
