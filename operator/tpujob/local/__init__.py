@@ -1,0 +1,1 @@
+"""Local mode: what runs tpujob on one machine without a cluster (an embedded API server, ...)."""

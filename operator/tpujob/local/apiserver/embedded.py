@@ -1,0 +1,124 @@
+"""Running the API server: in a background thread of the current process (tests, local mode)
+or in the foreground (the CLI). The server binds 127.0.0.1 and serves plain HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from .kubeconfig import write_kubeconfig
+from .server import ApiHandler
+
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+BUNDLED_CRDS = Path(__file__).resolve().parent.parent / "crds"
+
+
+def load_crds(paths: list[str | os.PathLike]) -> list[dict[str, Any]]:
+    """The CustomResourceDefinitions in YAML files (multi-document files allowed)."""
+    crds = []
+    for path in paths:
+        for document in yaml.load_all(Path(path).read_text(), Loader=_LOADER):
+            if not document:
+                continue
+            if document.get("kind") != "CustomResourceDefinition":
+                raise ValueError(f"{path}: expected a CustomResourceDefinition, found "
+                                 f"{document.get('kind')!r}")
+            crds.append(document)
+    return crds
+
+
+def bundled_crd_paths() -> list[Path]:
+    """The third-party CRDs shipped with tpujob (JobSet)."""
+    return sorted(BUNDLED_CRDS.glob("*.yaml"))
+
+
+class ApiServer:
+    """A Kubernetes API server on 127.0.0.1, served from its own event loop thread.
+
+    >>> with ApiServer(crds=load_crds(bundled_crd_paths())) as server:
+    ...     server.write_kubeconfig("kubeconfig")
+    """
+
+    def __init__(self, port: int = 0, crds: list[dict[str, Any]] = (),
+                 bookmark_interval_s: float = 60.0, host: str = "127.0.0.1") -> None:
+        self.host = host
+        self.port = port
+        self.crds = list(crds)
+        self.bookmark_interval_s = bookmark_interval_s
+        self.handler: ApiHandler | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._runner: web.AppRunner | None = None
+        self._ready = threading.Event()
+        self._error: BaseException | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    def start(self) -> str:
+        """Start serving; return the server's URL once it accepts connections."""
+        self._thread = threading.Thread(target=self._run, name="tpujob-apiserver", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._error is not None:
+            raise self._error
+        return self.url
+
+    def _run(self) -> None:
+        self._loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(self._loop)
+        try:
+            self._loop.run_until_complete(self._serve())
+        except BaseException as err:  # reported to start()'s caller
+            self._error = err
+            self._ready.set()
+            return
+        self._ready.set()
+        self._loop.run_forever()
+        self._loop.run_until_complete(self._shutdown())
+        self._loop.close()
+
+    async def _serve(self) -> None:
+        self.handler = ApiHandler(self.crds, bookmark_interval_s=self.bookmark_interval_s)
+        self._runner = web.AppRunner(self.handler.app(), access_log=None,
+                                     handler_cancellation=True, shutdown_timeout=1.0)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, self.port)
+        await site.start()
+        self.port = self._runner.addresses[0][1]
+        self.handler.address = f"{self.host}:{self.port}"
+
+    async def _shutdown(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    def stop(self) -> None:
+        """Stop serving and join the server thread (open watches are closed)."""
+        if self._loop is not None and self._thread is not None and self._thread.is_alive():
+            self._loop.call_soon_threadsafe(self._loop.stop)
+            self._thread.join(timeout=10)
+        self._thread = None
+
+    def call(self, fn, *args):
+        """Run `fn(*args)` on the server's loop thread and return its result (for direct store
+        access from tests and local mode)."""
+        async def invoke():
+            return fn(*args)
+        return asyncio.run_coroutine_threadsafe(invoke(), self._loop).result(timeout=10)
+
+    def write_kubeconfig(self, path: str | os.PathLike, namespace: str = "default") -> Path:
+        return write_kubeconfig(path, self.url, namespace)
+
+    def __enter__(self) -> ApiServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()

@@ -1,0 +1,238 @@
+"""Patch semantics (pure): JSON merge patch, JSON patch, strategic merge patch, server-side apply."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+
+class PatchError(Exception):
+    """A patch that cannot be applied; `code` is the HTTP status kube-apiserver answers with."""
+
+    def __init__(self, message: str, code: int = 422) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def apply_merge_patch(target: Any, patch: Any) -> Any:
+    """RFC 7386: objects merge recursively, `null` deletes, anything else replaces."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = apply_merge_patch(result.get(key), value)
+    return result
+
+
+def _unescape(token: str) -> str:
+    return token.replace("~1", "/").replace("~0", "~")
+
+
+def _pointer(path: str) -> list[str]:
+    if path == "":
+        return []
+    if not path.startswith("/"):
+        raise PatchError(f"invalid JSON pointer {path!r}: must start with '/'")
+    return [_unescape(t) for t in path[1:].split("/")]
+
+
+def _index(container: list, token: str, allow_end: bool) -> int:
+    if token == "-" and allow_end:
+        return len(container)
+    if not token.isdigit() or (len(token) > 1 and token.startswith("0")):
+        raise PatchError(f"invalid array index {token!r}")
+    index = int(token)
+    if index > len(container) or (index == len(container) and not allow_end):
+        raise PatchError(f"array index {index} out of bounds")
+    return index
+
+
+def _parent(doc: Any, tokens: list[str], path: str) -> Any:
+    node = doc
+    for token in tokens[:-1]:
+        if isinstance(node, dict) and token in node:
+            node = node[token]
+        elif isinstance(node, list):
+            node = node[_index(node, token, allow_end=False)]
+        else:
+            raise PatchError(f"doc is missing path: {path!r}")
+    return node
+
+
+def _get(doc: Any, path: str) -> Any:
+    tokens = _pointer(path)
+    if not tokens:
+        return doc
+    parent = _parent(doc, tokens, path)
+    last = tokens[-1]
+    if isinstance(parent, dict) and last in parent:
+        return parent[last]
+    if isinstance(parent, list):
+        return parent[_index(parent, last, allow_end=False)]
+    raise PatchError(f"doc is missing path: {path!r}")
+
+
+def _remove(doc: Any, path: str) -> Any:
+    tokens = _pointer(path)
+    if not tokens:
+        raise PatchError("cannot remove the whole document")
+    parent = _parent(doc, tokens, path)
+    last = tokens[-1]
+    if isinstance(parent, dict) and last in parent:
+        return parent.pop(last)
+    if isinstance(parent, list):
+        return parent.pop(_index(parent, last, allow_end=False))
+    raise PatchError(f"unable to remove nonexistent key: {last}: missing value")
+
+
+def _add(doc: Any, path: str, value: Any, replace: bool = False) -> Any:
+    tokens = _pointer(path)
+    if not tokens:
+        return value
+    parent = _parent(doc, tokens, path)
+    last = tokens[-1]
+    if isinstance(parent, dict):
+        if replace and last not in parent:
+            raise PatchError(f"doc is missing key: {path!r}: missing value")
+        parent[last] = value
+    elif isinstance(parent, list):
+        if replace:
+            parent[_index(parent, last, allow_end=False)] = value
+        else:
+            parent.insert(_index(parent, last, allow_end=True), value)
+    else:
+        raise PatchError(f"doc is missing path: {path!r}")
+    return doc
+
+
+def apply_json_patch(doc: Any, operations: Any) -> Any:
+    """RFC 6902 on a copy of `doc`; a failing `test` or a missing path raises PatchError (422)."""
+    if not isinstance(operations, list):
+        raise PatchError("json patch must be a list of operations", code=400)
+    doc = copy.deepcopy(doc)
+    for op in operations:
+        if not isinstance(op, dict) or "op" not in op or "path" not in op:
+            raise PatchError(f"invalid json patch operation: {op!r}", code=400)
+        kind, path = op["op"], op["path"]
+        if kind in ("add", "replace", "test") and "value" not in op:
+            raise PatchError(f"missing value for {kind} operation on {path!r}", code=400)
+        if kind == "add":
+            doc = _add(doc, path, copy.deepcopy(op["value"]))
+        elif kind == "remove":
+            _remove(doc, path)
+        elif kind == "replace":
+            doc = _add(doc, path, copy.deepcopy(op["value"]), replace=True)
+        elif kind == "move":
+            value = _remove(doc, op.get("from", ""))
+            doc = _add(doc, path, value)
+        elif kind == "copy":
+            doc = _add(doc, path, copy.deepcopy(_get(doc, op.get("from", ""))))
+        elif kind == "test":
+            if _get(doc, path) != op["value"]:
+                raise PatchError(f"testing value {path} failed: test failed")
+        else:
+            raise PatchError(f"unexpected json patch operation {kind!r}", code=400)
+    return doc
+
+
+def _merge_key(items: list) -> str | None:
+    for key in ("name", "containerPort", "mountPath", "devicePath", "ip", "type", "port"):
+        if items and all(isinstance(i, dict) and key in i for i in items):
+            return key
+    return None
+
+
+def apply_strategic_merge_patch(target: Any, patch: Any) -> Any:
+    """Strategic merge for built-in kinds: maps merge, lists of named items merge by their key
+    (`name`, `containerPort`, ...), `$patch: delete|replace` directives are honored, and the
+    ordering directives kubectl adds (`$setElementOrder/...`, `$retainKeys`) are dropped."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    if patch.get("$patch") == "replace":
+        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
+    result = copy.deepcopy(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if key.startswith("$"):
+            continue
+        if key.startswith("$setElementOrder/") or key.startswith("$deleteFromPrimitiveList/"):
+            continue
+        if value is None:
+            result.pop(key, None)
+        elif isinstance(value, list) and isinstance(result.get(key), list):
+            result[key] = _merge_list(result[key], value)
+        elif isinstance(value, dict) and value.get("$patch") == "delete":
+            result.pop(key, None)
+        else:
+            result[key] = apply_strategic_merge_patch(result.get(key), value)
+    return result
+
+
+def _merge_list(current: list, patch: list) -> list:
+    key = _merge_key(current + [p for p in patch if not (isinstance(p, dict) and "$patch" in p
+                                                        and len(p) == 1)])
+    if key is None:
+        return copy.deepcopy(patch)
+    merged = copy.deepcopy(current)
+    for item in patch:
+        position = next((i for i, c in enumerate(merged) if c.get(key) == item.get(key)), None)
+        if item.get("$patch") == "delete":
+            if position is not None:
+                merged.pop(position)
+        elif position is None:
+            merged.append(apply_strategic_merge_patch({}, item))
+        else:
+            merged[position] = apply_strategic_merge_patch(merged[position], item)
+    return merged
+
+
+def _leaf_paths(value: Any, prefix: tuple = ()) -> set[tuple]:
+    if isinstance(value, dict) and value:
+        paths: set[tuple] = set()
+        for key, child in value.items():
+            paths |= _leaf_paths(child, prefix + (key,))
+        return paths
+    return {prefix}
+
+
+def _delete_path(obj: dict, path: tuple) -> None:
+    node = obj
+    for key in path[:-1]:
+        node = node.get(key) if isinstance(node, dict) else None
+        if node is None:
+            return
+    if isinstance(node, dict):
+        node.pop(path[-1], None)
+
+
+def _deep_merge(target: Any, applied: Any) -> Any:
+    if not (isinstance(target, dict) and isinstance(applied, dict)):
+        return copy.deepcopy(applied)
+    result = copy.deepcopy(target)
+    for key, value in applied.items():
+        result[key] = _deep_merge(result.get(key), value)
+    return result
+
+
+def apply_server_side(current: dict, applied: dict, previous: dict | None) -> dict:
+    """Server-side apply for one field manager: merge the applied configuration into the live
+    object and drop the fields this manager applied before but no longer applies. Lists are
+    atomic, and conflicts with other managers are not detected."""
+    result = _deep_merge(current, applied)
+    if previous:
+        for path in _leaf_paths(previous) - _leaf_paths(applied):
+            if path and path[0] != "metadata" or path[:2] in (("metadata", "labels"),
+                                                             ("metadata", "annotations")):
+                if not any(path[:i] in _leaf_paths(applied) for i in range(1, len(path))):
+                    _delete_path(result, path)
+    return result
+
+
+def fields_v1(value: Any) -> dict:
+    """The `fieldsV1` set of a managedFields entry for an applied configuration."""
+    if not isinstance(value, dict):
+        return {}
+    return {f"f:{key}": fields_v1(child) for key, child in value.items()
+            if key not in ("apiVersion", "kind")}

@@ -1,0 +1,517 @@
+"""The HTTP layer: routes Kubernetes API paths to the store, decodes bodies, negotiates
+JSON/Table responses, and answers every failure with a `Status` body."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import copy
+import json
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+from aiohttp import web
+
+from . import discovery, errors, openapi, patch, table, watch
+from .errors import ApiError
+from .resources import BUILTINS, CRD_TYPE, Registry, ResourceType
+from .selectors import matches_fields, matches_labels, parse_field_selector, parse_label_selector
+from .store import Store, now_rfc3339
+from .strategy import prepare_create, prepare_update, strict_error
+
+log = logging.getLogger(__name__)
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+MAX_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver's limit on a request body
+SERVER_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-tpujob-local",
+                  "gitCommit": "", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
+                  "goVersion": "", "compiler": "", "platform": "linux/amd64"}
+DEFAULT_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+_BODY_TYPES = ("application/json", "application/yaml")
+_PATCH_TYPES = ("application/json-patch+json", "application/merge-patch+json",
+                "application/strategic-merge-patch+json", "application/apply-patch+yaml")
+
+
+@dataclass
+class Target:
+    """The resource a request path names."""
+
+    rtype: ResourceType
+    namespace: str | None
+    name: str | None
+    subresource: str | None
+    watch: bool
+
+
+class ApiHandler:
+    """Serves the Kubernetes API from one Store; `app()` gives the aiohttp application."""
+
+    def __init__(self, crds: list[dict[str, Any]] = (), bookmark_interval_s: float = 60.0,
+                 history: int = 2000) -> None:
+        self.registry = Registry()
+        for rtype in BUILTINS:
+            self.registry.add(rtype)
+        self.store = Store(self.registry, history=history, schedule=_call_soon)
+        self.bookmark_interval_s = bookmark_interval_s
+        self.address = "127.0.0.1:0"
+        ns_type = self.registry.get("", "v1", "namespaces")
+        for name in DEFAULT_NAMESPACES:
+            self.store.create(ns_type, None, {"metadata": {"name": name}})
+        for crd in crds:
+            self.store.create(CRD_TYPE, None, copy.deepcopy(crd))
+
+    def app(self) -> web.Application:
+        application = web.Application(client_max_size=4 * MAX_BODY_BYTES,
+                                      middlewares=[self._status_errors])
+        application.router.add_route("*", "/{tail:.*}", self.dispatch)
+        return application
+
+    @web.middleware
+    async def _status_errors(self, request: web.Request, handler) -> web.StreamResponse:
+        try:
+            return await handler(request)
+        except ApiError as err:
+            return _json(err.status(), err.code)
+        except web.HTTPRequestEntityTooLarge:
+            return _json(errors.too_large(MAX_BODY_BYTES).status(), 413)
+        except (asyncio.CancelledError, ConnectionResetError):
+            raise
+        except Exception as err:  # a bug must answer 500, never take the server down
+            log.exception("internal error serving %s %s", request.method, request.path)
+            return _json(ApiError(500, "InternalError", f"Internal error occurred: {err}")
+                         .status(), 500)
+
+    # -- routing -------------------------------------------------------------------------------
+
+    async def dispatch(self, request: web.Request) -> web.StreamResponse:
+        parts = [p for p in request.path.split("/") if p]
+        if request.method not in ("GET", "HEAD") and parts[:1] != ["api"] and \
+                parts[:1] != ["apis"]:
+            raise errors.method_not_allowed(request.method)
+        if not parts:
+            return _json({"paths": ["/api", "/api/v1", "/apis", "/openapi/v2", "/openapi/v3",
+                                    "/version", "/healthz", "/livez", "/readyz"]})
+        if parts[0] in ("healthz", "livez", "readyz") and len(parts) == 1:
+            return web.Response(text="ok")
+        if parts == ["version"]:
+            return _json(SERVER_VERSION)
+        if parts[0] == "openapi":
+            return self._openapi(request, parts[1:])
+        if parts[0] == "api" and len(parts) == 1:
+            return self._discovery_only(request, discovery.api_versions(self.address))
+        if parts[0] == "apis" and len(parts) == 1:
+            return self._discovery_only(request, discovery.api_group_list(self.registry))
+        if parts[0] == "apis" and len(parts) == 2:
+            document = discovery.api_group(self.registry, parts[1])
+            if document is None:
+                raise errors.resource_not_found()
+            return self._discovery_only(request, document)
+        group, version, rest = ("", parts[1], parts[2:]) if parts[0] == "api" else \
+            (parts[1], parts[2], parts[3:]) if parts[0] == "apis" else (None, None, None)
+        if group is None:
+            raise errors.resource_not_found()
+        if not rest:
+            document = discovery.api_resource_list(self.registry, group, version)
+            if document is None:
+                raise errors.resource_not_found()
+            return self._discovery_only(request, document)
+        target = self._target(group, version, rest)
+        return await self._serve(request, target)
+
+    def _discovery_only(self, request: web.Request, document: dict) -> web.Response:
+        if request.method not in ("GET", "HEAD"):
+            raise errors.method_not_allowed(request.method)
+        return _json(document)
+
+    def _target(self, group: str, version: str, rest: list[str]) -> Target:
+        is_watch = rest[0] == "watch"
+        if is_watch:
+            rest = rest[1:]
+        namespace = None
+        if len(rest) >= 3 and rest[0] == "namespaces":
+            candidate = self.registry.get(group, version, rest[2])
+            if candidate is not None and candidate.namespaced:
+                namespace, rest = rest[1], rest[2:]
+        if not rest or len(rest) > 3:
+            raise errors.resource_not_found()
+        rtype = self.registry.get(group, version, rest[0])
+        if rtype is None:
+            raise errors.resource_not_found()
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else None
+        if (rtype.namespaced and name is not None and namespace is None) or \
+                (not rtype.namespaced and namespace is not None) or \
+                (sub is not None and not (sub == "status" and rtype.status_subresource)):
+            raise errors.resource_not_found()
+        return Target(rtype, namespace, name, sub, is_watch)
+
+    async def _serve(self, request: web.Request, target: Target) -> web.StreamResponse:
+        method = request.method
+        query = request.query
+        if method in ("GET", "HEAD") and (target.watch or _flag(query.get("watch"))):
+            return await self._watch(request, target)
+        if method in ("GET", "HEAD"):
+            return self._get(request, target) if target.name else self._list(request, target)
+        if method == "POST" and target.name is None:
+            return await self._create(request, target)
+        if method == "PUT" and target.name is not None:
+            return await self._update(request, target)
+        if method == "PATCH" and target.name is not None:
+            return await self._patch(request, target)
+        if method == "DELETE":
+            return await (self._delete(request, target) if target.name else
+                          self._delete_collection(request, target))
+        raise errors.method_not_allowed(method)
+
+    # -- reads ---------------------------------------------------------------------------------
+
+    def _versioned(self, rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        return {**obj, "apiVersion": rtype.api_version}
+
+    def _get(self, request: web.Request, target: Target) -> web.Response:
+        _check_accept(request)
+        obj = self._versioned(target.rtype, self.store.get(target.rtype, target.namespace,
+                                                           target.name))
+        if table.wants_table(request.headers.get("Accept", "")):
+            return _json(table.build_table(target.rtype, [obj], obj["metadata"]["resourceVersion"],
+                                           request.query.get("includeObject", "Metadata")))
+        return _json(obj)
+
+    def _matcher(self, request: web.Request, target: Target):
+        try:
+            labels = parse_label_selector(request.query.get("labelSelector"))
+            fields = parse_field_selector(request.query.get("fieldSelector"),
+                                          target.rtype.field_selectors)
+        except ValueError as err:
+            raise errors.bad_request(str(err)) from err
+        if target.name is not None:
+            fields.append(parse_field_selector(f"metadata.name={target.name}",
+                                               target.rtype.field_selectors)[0])
+
+        def matches(obj: dict[str, Any]) -> bool:
+            return matches_labels(labels, obj["metadata"].get("labels")) and \
+                matches_fields(fields, obj)
+        return matches
+
+    def _list(self, request: web.Request, target: Target) -> web.Response:
+        _check_accept(request)
+        matches = self._matcher(request, target)
+        items = [self._versioned(target.rtype, o) for o in
+                 self.store.list(target.rtype, target.namespace) if matches(o)]
+        meta: dict[str, Any] = {"resourceVersion": str(self.store.rv)}
+        items, meta = _paginate(items, request.query, meta)
+        if table.wants_table(request.headers.get("Accept", "")):
+            document = table.build_table(target.rtype, items, meta["resourceVersion"],
+                                         request.query.get("includeObject", "Metadata"))
+            document["metadata"].update(meta)
+            return _json(document)
+        return _json({"kind": target.rtype.list_kind, "apiVersion": target.rtype.api_version,
+                      "metadata": meta, "items": items})
+
+    async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
+        query = request.query
+        timeout = query.get("timeoutSeconds")
+        try:
+            timeout_s = float(timeout) if timeout else None
+            resource_version = query.get("resourceVersion", "")
+            if resource_version not in ("", "0"):
+                int(resource_version)
+        except ValueError as err:
+            raise errors.bad_request(f"invalid watch parameter: {err}") from err
+        self.store.ensure_kind(target.rtype)
+        spec = watch.WatchRequest(
+            rtype=target.rtype, namespace=target.namespace,
+            matches=self._matcher(request, target), resource_version=resource_version,
+            timeout_s=timeout_s, bookmarks=_flag(query.get("allowWatchBookmarks")),
+            send_initial_events=_flag(query.get("sendInitialEvents")))
+        return await watch.stream(request, self.store, spec, self.bookmark_interval_s)
+
+    # -- writes --------------------------------------------------------------------------------
+
+    async def _create(self, request: web.Request, target: Target) -> web.Response:
+        body = _decode(await _read_body(request), _content_type(request, _BODY_TYPES))
+        validation = _field_validation(request)
+        result = self._create_checked(target, body, validation, _dry_run(request))
+        return self._write_response(target.rtype, result, validation, 201)
+
+    def _create_checked(self, target: Target, body: Any, validation: str, dry_run: bool):
+        if validation == "Strict" and target.rtype.schema is not None:
+            # Strict must refuse before anything is stored.
+            probe = self._dry_run_create(target, copy.deepcopy(body))
+            if probe.unknown_fields:
+                raise strict_error(target.rtype, probe.unknown_fields)
+        if dry_run:
+            return self._dry_run_create(target, body)
+        return self.store.create(target.rtype, target.namespace, body)
+
+    def _dry_run_create(self, target: Target, body: Any):
+        self.store.ensure_kind(target.rtype)
+        result = prepare_create(target.rtype, body, target.namespace, now_rfc3339(),
+                                self.store.rv)
+        if self.store.find(target.rtype, target.namespace, result.obj["metadata"]["name"]):
+            raise errors.already_exists(target.rtype.plural, target.rtype.group,
+                                        result.obj["metadata"]["name"])
+        return result
+
+    def _write_response(self, rtype: ResourceType, result, validation: str,
+                        code: int = 200) -> web.Response:
+        headers = {}
+        if result.unknown_fields:
+            if validation == "Strict":
+                raise strict_error(rtype, result.unknown_fields)
+            if validation == "Warn":
+                headers["Warning"] = ", ".join(
+                    '299 - "unknown field \\"' + f + '\\""' for f in result.unknown_fields)
+        return _json(self._versioned(rtype, result.obj), code, headers)
+
+    async def _update(self, request: web.Request, target: Target) -> web.Response:
+        body = _decode(await _read_body(request), _content_type(request, _BODY_TYPES))
+        validation = _field_validation(request)
+        result = self._write(target, body, require_version=True, dry_run=_dry_run(request),
+                             validation=validation)
+        return self._write_response(target.rtype, result, validation)
+
+    def _write(self, target: Target, body: Any, require_version: bool, dry_run: bool,
+               validation: str):
+        if validation == "Strict" and target.rtype.schema is not None:
+            # Strict must refuse before anything is stored.
+            old = self.store.get(target.rtype, target.namespace, target.name)
+            probe = prepare_update(target.rtype, copy.deepcopy(body), old, target.subresource,
+                                   self.store.rv + 1, require_version)
+            if probe.unknown_fields:
+                raise strict_error(target.rtype, probe.unknown_fields)
+        if dry_run:
+            old = self.store.get(target.rtype, target.namespace, target.name)
+            return prepare_update(target.rtype, body, old, target.subresource, self.store.rv,
+                                  require_version)
+        return self.store.update(target.rtype, target.namespace, target.name, body,
+                                 target.subresource, require_version=require_version)
+
+    async def _patch(self, request: web.Request, target: Target) -> web.Response:
+        content_type = _content_type(request, _PATCH_TYPES)
+        raw = await _read_body(request)
+        validation = _field_validation(request)
+        if content_type == "application/apply-patch+yaml":
+            return self._apply(request, target, _decode(raw, "application/yaml"), validation)
+        body = _decode(raw, "application/json")
+        old = self.store.get(target.rtype, target.namespace, target.name)
+        current = self._versioned(target.rtype, old)
+        try:
+            if content_type == "application/json-patch+json":
+                patched = patch.apply_json_patch(current, body)
+            elif not isinstance(body, dict):
+                raise errors.bad_request("the patch must be a JSON object")
+            elif content_type == "application/strategic-merge-patch+json" and \
+                    not target.rtype.is_custom:
+                patched = patch.apply_strategic_merge_patch(current, body)
+            else:
+                patched = patch.apply_merge_patch(current, body)
+        except patch.PatchError as err:
+            reason = "Invalid" if err.code == 422 else "BadRequest"
+            raise ApiError(err.code, reason, str(err)) from err
+        if not isinstance(patched, dict):
+            raise errors.bad_request("the patched object must be a JSON object")
+        patched.setdefault("metadata", {}).setdefault("resourceVersion",
+                                                      old["metadata"]["resourceVersion"])
+        result = self._write(target, patched, require_version=False, dry_run=_dry_run(request),
+                             validation=validation)
+        return self._write_response(target.rtype, result, validation)
+
+    def _apply(self, request: web.Request, target: Target, applied: Any,
+               validation: str) -> web.Response:
+        manager = request.query.get("fieldManager")
+        if not manager:
+            raise errors.bad_request("PATCH, application/apply-patch+yaml: fieldManager is "
+                                     "required for apply requests")
+        if not isinstance(applied, dict) or not applied.get("apiVersion") or \
+                not applied.get("kind"):
+            raise errors.bad_request("invalid object type: apply requires apiVersion and kind")
+        applied_meta = applied.setdefault("metadata", {})
+        if applied_meta.get("name") not in (None, target.name):
+            raise errors.bad_request(f"the name of the object ({applied_meta.get('name')}) does "
+                                     f"not match the name on the URL ({target.name})")
+        applied_meta["name"] = target.name
+        rtype = target.rtype
+        memory_key = (rtype.key, target.namespace or "", target.name, manager,
+                      target.subresource)
+        existing = self.store.find(rtype, target.namespace, target.name)
+        entry = {"manager": manager, "operation": "Apply", "apiVersion": rtype.api_version,
+                 "time": now_rfc3339(), "fieldsType": "FieldsV1",
+                 "fieldsV1": patch.fields_v1(applied)}
+        if target.subresource:
+            entry["subresource"] = target.subresource
+        if existing is None:
+            if target.subresource:
+                raise errors.not_found(rtype.plural, rtype.group, target.name)
+            body = copy.deepcopy(applied)
+            body["metadata"]["managedFields"] = [entry]
+            result = self._create_checked(target, body, validation, _dry_run(request))
+            code = 201
+        else:
+            merged = patch.apply_server_side(self._versioned(rtype, existing), applied,
+                                             self.store.applied.get(memory_key))
+            others = [m for m in existing["metadata"].get("managedFields") or []
+                      if not (m.get("manager") == manager and m.get("operation") == "Apply"
+                              and m.get("subresource") == entry.get("subresource"))]
+            merged["metadata"]["managedFields"] = others + [entry]
+            merged["metadata"].setdefault("resourceVersion",
+                                          existing["metadata"]["resourceVersion"])
+            if "resourceVersion" not in applied_meta:
+                merged["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+            result = self._write(target, merged, require_version=False,
+                                 dry_run=_dry_run(request), validation=validation)
+            code = 200
+        if not _dry_run(request):
+            self.store.applied[memory_key] = copy.deepcopy(applied)
+        return self._write_response(rtype, result, validation, code)
+
+    async def _delete_options(self, request: web.Request) -> dict[str, Any]:
+        raw = await _read_body(request)
+        options = _decode(raw, "application/json") if raw.strip() else {}
+        if not isinstance(options, dict):
+            raise errors.bad_request("DeleteOptions must be a JSON object")
+        propagation = request.query.get("propagationPolicy") or \
+            options.get("propagationPolicy") or "Background"
+        if propagation not in ("Background", "Foreground", "Orphan"):
+            raise errors.bad_request(f'Unsupported value: "{propagation}": supported values: '
+                                     '"Foreground", "Background", "Orphan"')
+        if options.get("orphanDependents") is True:
+            propagation = "Orphan"
+        return {"propagation": propagation, "preconditions": options.get("preconditions")}
+
+    async def _delete(self, request: web.Request, target: Target) -> web.Response:
+        options = await self._delete_options(request)
+        if target.subresource:
+            raise errors.method_not_allowed("DELETE")
+        if _dry_run(request):
+            obj = self.store.get(target.rtype, target.namespace, target.name)
+        else:
+            obj = self.store.delete(target.rtype, target.namespace, target.name,
+                                    options["propagation"], options["preconditions"])
+        return _json(self._versioned(target.rtype, obj))
+
+    async def _delete_collection(self, request: web.Request, target: Target) -> web.Response:
+        options = await self._delete_options(request)
+        matches = self._matcher(request, target)
+        deleted = []
+        for obj in self.store.list(target.rtype, target.namespace):
+            if matches(obj):
+                meta = obj["metadata"]
+                deleted.append(self._versioned(target.rtype, self.store.delete(
+                    target.rtype, meta.get("namespace"), meta["name"], options["propagation"])))
+        return _json({"kind": target.rtype.list_kind, "apiVersion": target.rtype.api_version,
+                      "metadata": {"resourceVersion": str(self.store.rv)}, "items": deleted})
+
+    # -- OpenAPI -------------------------------------------------------------------------------
+
+    def _openapi(self, request: web.Request, rest: list[str]) -> web.Response:
+        if rest == ["v2"]:
+            accept = request.headers.get("Accept", "application/json")
+            if "json" not in accept and "*/*" not in accept:
+                raise ApiError(406, "NotAcceptable", "only the following media types are "
+                               "accepted: application/json")
+            return _json(openapi.swagger_document(self.registry))
+        if rest == ["v3"]:
+            return _json(openapi.root_document(self.registry))
+        if len(rest) >= 3 and rest[0] == "v3":
+            if rest[1] == "api" and len(rest) == 3:
+                group, version = "", rest[2]
+            elif rest[1] == "apis" and len(rest) == 4:
+                group, version = rest[2], rest[3]
+            else:
+                raise errors.resource_not_found()
+            if not self.registry.in_group_version(group, version):
+                raise errors.resource_not_found()
+            return _json(openapi.group_version_document(self.registry, group, version))
+        raise errors.resource_not_found()
+
+
+def _call_soon(fn) -> None:
+    try:
+        asyncio.get_running_loop().call_soon(fn)
+    except RuntimeError:
+        fn()
+
+
+def _json(document: Any, status: int = 200, headers: dict[str, str] | None = None
+          ) -> web.Response:
+    return web.Response(body=json.dumps(document, separators=(",", ":")).encode(),
+                        status=status, content_type="application/json", headers=headers)
+
+
+def _flag(value: str | None) -> bool:
+    return (value or "").lower() in ("1", "true")
+
+
+def _dry_run(request: web.Request) -> bool:
+    values = request.query.getall("dryRun", [])
+    for value in values:
+        if value != "All":
+            raise errors.bad_request(f'Unsupported value: "{value}": supported values: "All"')
+    return bool(values)
+
+
+def _field_validation(request: web.Request) -> str:
+    value = request.query.get("fieldValidation", "Warn") or "Warn"
+    if value not in ("Ignore", "Warn", "Strict"):
+        raise errors.bad_request(f"fieldValidation parameter unsupported: {value}; valid "
+                                 "values are Ignore, Warn and Strict")
+    return value
+
+
+def _check_accept(request: web.Request) -> None:
+    accept = request.headers.get("Accept", "")
+    if not accept:
+        return
+    options = [o.split(";")[0].strip() for o in accept.split(",")]
+    if not any(o in ("application/json", "*/*", "application/*", "application/yaml")
+               for o in options):
+        raise ApiError(406, "NotAcceptable",
+                       "only the following media types are accepted: application/json, "
+                       "application/yaml")
+
+
+def _content_type(request: web.Request, accepted: tuple[str, ...]) -> str:
+    content_type = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    if content_type not in accepted:
+        raise errors.unsupported_media_type(content_type, list(accepted))
+    return content_type
+
+
+async def _read_body(request: web.Request) -> bytes:
+    if (request.content_length or 0) > 4 * MAX_BODY_BYTES:
+        raise errors.too_large(MAX_BODY_BYTES)
+    data = await request.read()
+    if len(data) > MAX_BODY_BYTES:
+        raise errors.too_large(MAX_BODY_BYTES)
+    return data
+
+
+def _decode(raw: bytes, content_type: str) -> Any:
+    try:
+        if content_type.endswith("yaml"):
+            return yaml.load(raw.decode(), Loader=_YAML_LOADER)
+        return json.loads(raw.decode())
+    except (ValueError, yaml.YAMLError, UnicodeDecodeError) as err:
+        raise errors.bad_request(f"couldn't decode the request body ({content_type}): "
+                                 f"{err}") from err
+
+
+def _paginate(items: list[dict], query, meta: dict[str, Any]) -> tuple[list[dict], dict]:
+    limit, token = query.get("limit"), query.get("continue")
+    start = 0
+    if token:
+        try:
+            start = int(json.loads(base64.urlsafe_b64decode(token.encode()))["start"])
+        except (ValueError, KeyError, TypeError) as err:
+            raise errors.bad_request("invalid continue token") from err
+    items = items[start:]
+    if limit and limit.isdigit() and int(limit) > 0 and len(items) > int(limit):
+        end = int(limit)
+        meta["continue"] = base64.urlsafe_b64encode(
+            json.dumps({"start": start + end}).encode()).decode()
+        meta["remainingItemCount"] = len(items) - end
+        items = items[:end]
+    return items, meta

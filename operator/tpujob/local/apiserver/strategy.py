@@ -1,0 +1,187 @@
+"""What a write does to an object (pure): the metadata the server owns, which parts a write to
+the main resource or to `/status` may change, when `generation` bumps, and the schema pipeline
+(pruning, defaulting, validation) for custom resources."""
+
+from __future__ import annotations
+
+import copy
+import secrets
+import string
+from dataclasses import dataclass, field
+from typing import Any
+
+from . import errors, schema
+from .errors import ApiError, FieldError
+from .resources import ResourceType, name_errors
+
+_SUFFIX_CHARS = "bcdfghjklmnpqrstvwxz2456789"
+
+
+@dataclass
+class WriteResult:
+    """The object to store, and the unknown fields dropped from the request (for warnings)."""
+
+    obj: dict[str, Any]
+    unknown_fields: list[str] = field(default_factory=list)
+
+
+def _spec_part(rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    # The part of an object whose change bumps metadata.generation.
+    excluded = {"metadata", "apiVersion", "kind"}
+    if rtype.status_subresource or not rtype.is_custom:
+        excluded.add("status")
+    return {k: v for k, v in obj.items() if k not in excluded}
+
+
+def generate_name(prefix: str) -> str:
+    return prefix + "".join(secrets.choice(_SUFFIX_CHARS) for _ in range(5))
+
+
+def _check_identity(rtype: ResourceType, obj: dict[str, Any], namespace: str | None,
+                    name: str | None) -> None:
+    if not isinstance(obj, dict):
+        raise errors.bad_request("the request body must be a JSON object")
+    if obj.get("kind") not in (None, rtype.kind):
+        raise errors.bad_request(
+            f"the kind in the data ({obj.get('kind')}) does not match the expected kind "
+            f"({rtype.kind}) for {rtype.plural}")
+    if obj.get("apiVersion") not in (None, rtype.api_version):
+        raise errors.bad_request(
+            f"the API version in the data ({obj.get('apiVersion')}) does not match the expected "
+            f"API version ({rtype.api_version})")
+    meta = obj.get("metadata")
+    if meta is not None and not isinstance(meta, dict):
+        raise errors.bad_request("metadata must be an object")
+    meta = meta or {}
+    if rtype.namespaced and meta.get("namespace") not in (None, "", namespace):
+        raise errors.bad_request("the namespace of the provided object does not match the "
+                                 "namespace sent on the request")
+    if name is not None and meta.get("name") not in (None, "", name):
+        raise errors.bad_request(f"the name of the object ({meta.get('name')}) does not match "
+                                 f"the name on the URL ({name})")
+
+
+def _process_schema(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None,
+                    name: str) -> list[str]:
+    if rtype.schema is None:
+        return []
+    unknown = schema.prune(obj, rtype.schema)
+    schema.default(obj, rtype.schema)
+    old_value = old if old is not None else schema._MISSING
+    found = schema.validate({k: v for k, v in obj.items() if k != "metadata"}, rtype.schema,
+                            old=old_value)
+    if found:
+        raise errors.invalid(rtype.kind, rtype.group, name, found)
+    return unknown
+
+
+def _check_metadata(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
+    meta = obj["metadata"]
+    found = []
+    if not meta.get("name"):
+        found.append(FieldError("Required", "metadata.name", detail="name or generateName is "
+                                "required"))
+    else:
+        found += [FieldError("Invalid", "metadata.name", meta["name"], msg)
+                  for msg in name_errors(rtype, meta["name"])]
+    for key in ("labels", "annotations"):
+        value = meta.get(key)
+        if value is not None and (not isinstance(value, dict) or
+                                  not all(isinstance(v, str) for v in value.values())):
+            found.append(FieldError("Invalid", f"metadata.{key}", value,
+                                    "must be a map of string keys to string values"))
+    finalizers = meta.get("finalizers") or []
+    if not isinstance(finalizers, list) or not all(isinstance(f, str) for f in finalizers):
+        found.append(FieldError("Invalid", "metadata.finalizers", finalizers,
+                                "must be a list of strings"))
+    elif old is not None and old["metadata"].get("deletionTimestamp"):
+        added = set(finalizers) - set(old["metadata"].get("finalizers") or [])
+        if added:
+            found.append(FieldError("Forbidden", "metadata.finalizers",
+                                    detail="no new finalizers can be added if the object is "
+                                    "being deleted, found new finalizers " +
+                                    str(sorted(added)).replace("'", '"')))
+    if found:
+        raise errors.invalid(rtype.kind, rtype.group, meta.get("name") or "", found)
+
+
+def prepare_create(rtype: ResourceType, body: Any, namespace: str | None, now: str,
+                   resource_version: int) -> WriteResult:
+    """The object a create stores: server-owned metadata set, schema applied, validated."""
+    _check_identity(rtype, body, namespace, None)
+    obj = copy.deepcopy(body)
+    obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
+    meta = obj.setdefault("metadata", {})
+    if not meta.get("name") and meta.get("generateName"):
+        meta["name"] = generate_name(meta["generateName"])
+    if rtype.namespaced:
+        meta["namespace"] = namespace
+    else:
+        meta.pop("namespace", None)
+    for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
+        meta.pop(key, None)
+    unknown = _process_schema(rtype, obj, None, meta.get("name") or "")
+    _check_metadata(rtype, obj, None)
+    meta["uid"] = _uid()
+    meta["creationTimestamp"] = now
+    meta["resourceVersion"] = str(resource_version)
+    if rtype.has_spec or rtype.is_custom:
+        meta["generation"] = 1
+    else:
+        meta.pop("generation", None)
+    return WriteResult(obj, unknown)
+
+
+def _uid() -> str:
+    raw = "".join(secrets.choice(string.hexdigits.lower()[:16]) for _ in range(32))
+    return f"{raw[:8]}-{raw[8:12]}-4{raw[13:16]}-a{raw[17:20]}-{raw[20:]}"
+
+
+def prepare_update(rtype: ResourceType, body: Any, old: dict[str, Any], subresource: str | None,
+                   resource_version: int, require_version: bool = True) -> WriteResult:
+    """The object a PUT (or a patch, after patching) stores in place of `old`."""
+    name, namespace = old["metadata"]["name"], old["metadata"].get("namespace")
+    _check_identity(rtype, body, namespace, name)
+    sent_version = (body.get("metadata") or {}).get("resourceVersion")
+    if sent_version in (None, ""):
+        if require_version and rtype.is_custom:
+            raise errors.invalid(rtype.kind, rtype.group, name, [FieldError(
+                "Invalid", "metadata.resourceVersion", 0, "must be specified for an update")])
+    elif str(sent_version) != old["metadata"]["resourceVersion"]:
+        raise errors.conflict(rtype.plural, rtype.group, name)
+    if subresource == "status":
+        obj = copy.deepcopy(old)
+        if "status" in body:
+            obj["status"] = copy.deepcopy(body["status"])
+        else:
+            obj.pop("status", None)
+    else:
+        obj = copy.deepcopy(body)
+        obj.setdefault("metadata", {})
+        if rtype.status_subresource:
+            if "status" in old:
+                obj["status"] = copy.deepcopy(old["status"])
+            else:
+                obj.pop("status", None)
+    obj["apiVersion"], obj["kind"] = rtype.api_version, rtype.kind
+    meta = obj["metadata"]
+    for key in ("name", "namespace", "uid", "creationTimestamp", "deletionTimestamp",
+                "deletionGracePeriodSeconds", "generation"):
+        if key in old["metadata"]:
+            meta[key] = old["metadata"][key]
+        else:
+            meta.pop(key, None)
+    if "managedFields" not in meta and "managedFields" in old["metadata"]:
+        meta["managedFields"] = old["metadata"]["managedFields"]
+    unknown = _process_schema(rtype, obj, old, name)
+    _check_metadata(rtype, obj, old)
+    if "generation" in meta and _spec_part(rtype, obj) != _spec_part(rtype, old):
+        meta["generation"] = int(meta["generation"]) + 1
+    meta["resourceVersion"] = str(resource_version)
+    return WriteResult(obj, unknown)
+
+
+def strict_error(rtype: ResourceType, unknown: list[str]) -> ApiError:
+    fields = ", ".join(f'unknown field "{f}"' for f in unknown)
+    return errors.bad_request(f"{rtype.kind} in version \"{rtype.version}\" cannot be handled as "
+                              f"a {rtype.kind}: strict decoding error: {fields}")
