@@ -1,3 +1,2 @@
-"""Data and checkpoint tests: the GCS emulator plugin, shared helpers."""
-
-pytest_plugins = ["tests.support.gcs"]
+"""Data and checkpoint tests. The GCS emulator fixtures come from tests/support/gcs.py,
+registered for every suite in tests/conftest.py (pytest only honours plugins declared there)."""
