@@ -14,12 +14,14 @@ from tests.api import k8s_schema as k8s
 from tpujob.api import crd as crd_module
 from tpujob.api import load_spec
 from tpujob.api.crd import build_crd, render_crd_yaml
+from tpujob.api.reference import BEGIN, END, build_reference, replace_region
 from tpujob.api.schema import SchemaError, build_structural_schema
 
 pytestmark = pytest.mark.unit
 
 REPO = Path(__file__).resolve().parents[2]
 CRD_FILE = REPO / "manifests" / "crd.yaml"
+DOCS_FILE = REPO / "docs" / "api.md"
 MINIMAL_SPEC = {"slice": "v6e-16", "image": "trainer:1", "output": "gs://bucket/run"}
 
 
@@ -233,15 +235,39 @@ def test_rendered_yaml_round_trips():
     assert yaml.safe_load(render_crd_yaml()) == build_crd()
 
 
+def test_committed_docs_reference_is_current():
+    text = DOCS_FILE.read_text()
+    assert text == crd_module.render_docs(text), (
+        "docs/api.md's field reference differs from the API models: run "
+        "`python -m tpujob.api.crd` from the repository root and commit the result")
+
+
+def test_docs_reference_lists_every_spec_field(root_schema):
+    reference = build_reference(root_schema)
+    for path in ("spec.slice", "spec.parallelism.ici", "spec.restartPolicy.maxRestarts",
+                 "spec.wandb.apiKeySecret.key", "spec.env[].valueFrom", "status.progress.mfu"):
+        assert f"| `{path}` |" in reference, path
+    assert "&lt;generation&gt;-&lt;size&gt;" in reference
+    with pytest.raises(ValueError, match="markers"):
+        replace_region("no markers here", reference)
+
+
 def test_generator_writes_and_checks(tmp_path, capsys):
     out = tmp_path / "crd.yaml"
-    assert crd_module.main(["--check", "--output", str(out)]) == 1
-    assert "python -m tpujob.api.crd" in capsys.readouterr().err
-    assert crd_module.main(["--output", str(out)]) == 0
+    docs = tmp_path / "api.md"
+    docs.write_text(f"intro\n{BEGIN}\nstale\n{END}\noutro\n")
+    args = ["--output", str(out), "--docs", str(docs)]
+    assert crd_module.main(["--check", *args]) == 1
+    err = capsys.readouterr().err
+    assert f"{out} is out of date: run `python -m tpujob.api.crd`" in err
+    assert f"{docs} is out of date" in err
+    assert crd_module.main(args) == 0
     assert out.read_text() == render_crd_yaml()
-    assert crd_module.main(["--check", "--output", str(out)]) == 0
+    assert docs.read_text().startswith("intro\n") and docs.read_text().endswith("outro\n")
+    assert "| `spec.slice` |" in docs.read_text() and "stale" not in docs.read_text()
+    assert crd_module.main(["--check", *args]) == 0
     out.write_text(out.read_text().replace("tpujob.dev", "example.com"))
-    assert crd_module.main(["--check", "--output", str(out)]) == 1
+    assert crd_module.main(["--check", *args]) == 1
 
 
 class _Union(BaseModel):

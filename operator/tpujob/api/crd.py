@@ -1,7 +1,8 @@
 """The TpuTrainingJob CustomResourceDefinition, built from the API models.
 
-`python -m tpujob.api.crd` writes `manifests/crd.yaml` (run it from the repository root after
-changing a model); `--check` only compares and fails when the file is out of date."""
+`python -m tpujob.api.crd` writes `manifests/crd.yaml` and the field reference in `docs/api.md`
+(run it from the repository root after changing a model); `--check` only compares and fails
+when either is out of date."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from typing import Any
 
 import yaml
 
+from tpujob.api.reference import build_reference, replace_region
 from tpujob.api.resource import (
     CRD_NAME,
     GROUP,
@@ -28,6 +30,7 @@ from tpujob.api.spec import TpuTrainingJobSpec
 from tpujob.api.status import TpuTrainingJobStatus
 
 DEFAULT_OUTPUT = Path("manifests") / "crd.yaml"
+DEFAULT_DOCS = Path("docs") / "api.md"
 REGENERATE_COMMAND = "python -m tpujob.api.crd"
 HEADER = (f"# Generated from the models in operator/tpujob/api by `{REGENERATE_COMMAND}`.\n"
           "# Do not edit: change the models and run the command again.\n")
@@ -108,29 +111,42 @@ def render_crd_yaml() -> str:
     return HEADER + yaml.safe_dump(build_crd(), sort_keys=False, width=100)
 
 
+def render_docs(current: str) -> str:
+    """docs/api.md with its generated field reference brought up to date."""
+    schema = build_crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return replace_region(current, build_reference(schema))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog=REGENERATE_COMMAND, description="Write the TpuTrainingJob CRD from the API models.")
+        prog=REGENERATE_COMMAND,
+        description="Write the TpuTrainingJob CRD and the docs' field reference from the models.")
     parser.add_argument("--output", "-o", type=Path, default=DEFAULT_OUTPUT,
-                        help=f"file to write, '-' for stdout (default: {DEFAULT_OUTPUT})")
+                        help=f"CRD file to write, '-' for stdout (default: {DEFAULT_OUTPUT})")
+    parser.add_argument("--docs", type=Path, default=DEFAULT_DOCS,
+                        help=f"API doc whose field reference to update (default: {DEFAULT_DOCS}); "
+                             "skipped when the file does not exist")
     parser.add_argument("--check", action="store_true",
-                        help="write nothing; exit 1 when the file differs from the models")
+                        help="write nothing; exit 1 when a file differs from the models")
     args = parser.parse_args(argv)
-    text = render_crd_yaml()
     if str(args.output) == "-":
-        sys.stdout.write(text)
+        sys.stdout.write(render_crd_yaml())
         return 0
+    targets = [(args.output, render_crd_yaml())]
+    if args.docs.exists():
+        targets.append((args.docs, render_docs(args.docs.read_text())))
     if args.check:
-        current = args.output.read_text() if args.output.exists() else ""
-        if current != text:
-            print(f"{args.output} is out of date: run `{REGENERATE_COMMAND}`", file=sys.stderr)
-            return 1
-        return 0
+        stale = [path for path, text in targets
+                 if not path.exists() or path.read_text() != text]
+        for path in stale:
+            print(f"{path} is out of date: run `{REGENERATE_COMMAND}`", file=sys.stderr)
+        return 1 if stale else 0
     if not args.output.parent.is_dir():
         parser.error(f"{args.output.parent} does not exist; run from the repository root "
                      "or pass --output")
-    args.output.write_text(text)
-    print(f"wrote {args.output}")
+    for path, text in targets:
+        path.write_text(text)
+        print(f"wrote {path}")
     return 0
 
 
