@@ -61,8 +61,7 @@ def test_example_plans(name):
 
     spec = load_job(_load(name)).spec
     plan = plan_slice(spec.slice, slices=spec.slices, machine_type=spec.machine_type)
-    mesh = plan_mesh({a.value: s for a, s in spec.parallelism.ici.items()},
-                     {a.value: s for a, s in spec.parallelism.dcn.items()},
+    mesh = plan_mesh(spec.parallelism.ici_sizes, spec.parallelism.dcn_sizes,
                      devices_per_slice=plan.slice_type.devices, num_slices=spec.slices,
                      physical_dims=plan.physical_mesh)
     assert mesh.valid, mesh.error

@@ -91,6 +91,13 @@ def test_valid_parallelism(root_schema, ici, dcn, slices):
     assert k8s.validate_object(root_schema, _job(spec_dict)) == []
 
 
+def test_axis_sizes_in_mesh_order():
+    spec = load_spec({**BASE, "slices": 2, "parallelism": {
+        "ici": {"tensor": 4, "fsdp": -1}, "dcn": {"fsdp": 1, "data": -1}}})
+    assert list(spec.parallelism.ici_sizes.items()) == [("fsdp", -1), ("tensor", 4)]
+    assert list(spec.parallelism.dcn_sizes.items()) == [("data", -1), ("fsdp", 1)]
+
+
 @pytest.mark.parametrize("slice_name", [
     "v6e-16", "v6e-8x16", "v5p-128", "v5p-4x4x4", "tpu7x-64", "tpu7x-4x4x20", "v4-8",
     "v5litepod-16", "v5e-16", "v6e-12",   # v6e-12 is well-formed; the operator refuses it

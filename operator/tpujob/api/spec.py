@@ -84,6 +84,16 @@ class Parallelism(ApiModel):
     def _sizes(cls, axes: dict[MeshAxis, int]) -> dict[MeshAxis, int]:
         return _check_axes(axes)
 
+    @property
+    def ici_sizes(self) -> dict[str, int]:
+        """ICI axes as plain names in mesh order, as the planner and the trainer take them."""
+        return {a.value: self.ici[a] for a in MeshAxis if a in self.ici}
+
+    @property
+    def dcn_sizes(self) -> dict[str, int]:
+        """DCN axes as plain names in mesh order."""
+        return {a.value: self.dcn[a] for a in MeshAxis if a in self.dcn}
+
 
 class TrainerSpec(ApiModel):
     """The program every JAX process runs: the built-in trainer with its config, or your own."""
