@@ -109,12 +109,12 @@ def test_slice_syntax_accepted(root_schema, slice_name):
 
 # (change to BASE, the field the model's error names, a word its message must contain)
 INVALID = [
-    ({"slice": "v9-8"}, "spec.slice", "pattern"),
-    ({"slice": "v6e-"}, "spec.slice", "pattern"),
-    ({"slice": "v6e-016"}, "spec.slice", "pattern"),
-    ({"slice": "V6E-16"}, "spec.slice", "pattern"),
-    ({"slice": "v5p-4x4x4x4"}, "spec.slice", "pattern"),
-    ({"slice": ""}, "spec.slice", "pattern"),
+    ({"slice": "v9-8"}, "spec.slice", "v6e-16, tpu7x-64"),
+    ({"slice": "v6e-"}, "spec.slice", "v6e-16, tpu7x-64"),
+    ({"slice": "v6e-016"}, "spec.slice", "v6e-16, tpu7x-64"),
+    ({"slice": "V6E-16"}, "spec.slice", "v6e-16, tpu7x-64"),
+    ({"slice": "v5p-4x4x4x4"}, "spec.slice", "v6e-16, tpu7x-64"),
+    ({"slice": ""}, "spec.slice", "v6e-16, tpu7x-64"),
     ({"slice": 16}, "spec.slice", "string"),
     ({"slices": 0}, "spec.slices", "greater than or equal to 1"),
     ({"slices": 5000}, "spec.slices", "less than or equal to 1024"),
@@ -122,9 +122,9 @@ INVALID = [
     ({"machineType": "CT6E standard"}, "spec.machineType", "pattern"),
     ({"image": ""}, "spec.image", "at least 1"),
     ({"image": "has space:1"}, "spec.image", "pattern"),
-    ({"output": "s3://bucket/x"}, "spec.output", "pattern"),
-    ({"output": "gs://"}, "spec.output", "pattern"),
-    ({"output": "gs://UPPER/x"}, "spec.output", "pattern"),
+    ({"output": "s3://bucket/x"}, "spec.output", "gs://<bucket>"),
+    ({"output": "gs://"}, "spec.output", "gs://<bucket>"),
+    ({"output": "gs://UPPER/x"}, "spec.output", "gs://<bucket>"),
     ({"parallelism": {"ici": {"fsdp": -1, "tensor": -1}}}, "spec.parallelism.ici",
      "at most one axis may be -1"),
     ({"parallelism": {"ici": {"fsdp": 0}}}, "spec.parallelism.ici", "size 0"),
@@ -227,6 +227,14 @@ def test_data_and_quantities():
     assert spec.data.kind is DataKind.JSONL
     assert spec.resources.requests == {"memory": "16Gi", "cpu": 8}
     assert spec.to_dict()["resources"]["limits"] == {"cpu": "500m"}
+
+
+def test_load_spec_takes_read_only_mappings():
+    from types import MappingProxyType
+
+    view = MappingProxyType({**BASE, "parallelism": MappingProxyType(
+        {"ici": MappingProxyType({"fsdp": -1})})})
+    assert load_spec(view).parallelism.ici_sizes == {"fsdp": -1}
 
 
 def test_spec_is_frozen():

@@ -71,6 +71,21 @@ Quantity = Annotated[
 """A Kubernetes resource quantity: an integer or a string such as `16Gi` or `500m`."""
 
 
+def pattern_string(pattern: str, what: str, max_length: int | None = None) -> Any:
+    """A string type that must match `pattern`, refused with `what` (a sentence saying what
+    would be valid) rather than the bare regex; the CRD gets the same pattern."""
+
+    def check(value: str) -> str:
+        if not re.fullmatch(pattern, value) or (max_length and len(value) > max_length):
+            raise ValueError(f"{value!r} is not valid: {what}")
+        return value
+
+    schema: dict[str, Any] = {"type": "string", "pattern": pattern}
+    if max_length:
+        schema["maxLength"] = max_length
+    return Annotated[str, AfterValidator(check), WithJsonSchema(schema)]
+
+
 def format_error_location(loc: tuple[int | str, ...], prefix: str = "") -> str:
     """`("parallelism", "ici", "fsdp")` -> `spec.parallelism.ici.fsdp`; list indexes as `[i]`."""
     path = prefix

@@ -3,6 +3,7 @@ the model of a full object, with a loader whose errors name each field as writte
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Literal
 
 from pydantic import Field, ValidationError
@@ -40,17 +41,26 @@ class InvalidJobError(ValueError):
         super().__init__("invalid TpuTrainingJob:\n  " + "\n  ".join(problems))
 
 
-def load_job(obj: dict[str, Any]) -> TpuTrainingJob:
+def _plain(value: Any) -> Any:
+    # kopf hands handlers read-only Mapping views, not dicts; models want plain JSON values.
+    if isinstance(value, Mapping):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    return value
+
+
+def load_job(obj: Mapping[str, Any]) -> TpuTrainingJob:
     """Parse a TpuTrainingJob object (as read from YAML or the API server)."""
     try:
-        return TpuTrainingJob.model_validate(obj)
+        return TpuTrainingJob.model_validate(_plain(obj))
     except ValidationError as err:
         raise InvalidJobError(format_errors(err)) from None
 
 
-def load_spec(spec: dict[str, Any]) -> TpuTrainingJobSpec:
+def load_spec(spec: Mapping[str, Any]) -> TpuTrainingJobSpec:
     """Parse just a spec (what a kopf handler receives), naming fields from `spec.`."""
     try:
-        return TpuTrainingJobSpec.model_validate(spec)
+        return TpuTrainingJobSpec.model_validate(_plain(spec))
     except ValidationError as err:
         raise InvalidJobError(format_errors(err, prefix="spec")) from None

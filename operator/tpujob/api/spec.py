@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, field_validator, model_validator
 
-from tpujob.api.base import ApiModel, Quantity
+from tpujob.api.base import ApiModel, Quantity, pattern_string
 from tpujob.api.schema import cel_extra, cel_rule
 
 # Syntax only: a generation prefix and either a size (`v6e-16`) or a topology (`v5p-4x4x4`).
@@ -25,6 +25,13 @@ DNS_LABEL_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 DNS_SUBDOMAIN_PATTERN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 SECRET_KEY_PATTERN = r"^[-._a-zA-Z0-9]+$"
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
+
+SliceName = pattern_string(
+    SLICE_PATTERN, "a slice is <generation>-<size> or <generation>-<topology>, generation one "
+    "of v4, v5e, v5litepod, v5p, v6e, tpu7x (e.g. v6e-16, tpu7x-64, v5p-4x4x4)", max_length=32)
+OutputLocation = pattern_string(
+    OUTPUT_PATTERN, "use gs://<bucket>/<prefix> (a valid bucket name: lowercase letters, digits, "
+    "'-', '_', '.') or a path in the container")
 
 # The operator sets these itself to wire the JAX processes together; a user value would break it.
 RESERVED_ENV_PREFIX = "TPUJOB_"
@@ -153,8 +160,8 @@ class DataSpec(ApiModel):
         DataKind.SYNTHETIC,
         description="synthetic (deterministic generated tokens, no files), text (plain-text "
                     "files), jsonl (one JSON document per line) or tokens (pre-tokenized files).")
-    path: str | None = Field(
-        None, min_length=1, pattern=OUTPUT_PATTERN,
+    path: OutputLocation | None = Field(
+        None,
         description="File, folder or glob under gs:// or a path in the container; required "
                     "unless kind is synthetic.")
     tokenizer: str | None = Field(
@@ -319,8 +326,8 @@ class TpuTrainingJobSpec(ApiModel):
         "spec.machineType is immutable: delete the job and create it again to change it",
         ".machineType")))
 
-    slice: str = Field(
-        ..., pattern=SLICE_PATTERN, max_length=32, json_schema_extra=cel_extra(cel_rule(
+    slice: SliceName = Field(
+        ..., json_schema_extra=cel_extra(cel_rule(
             "self == oldSelf",
             "spec.slice is immutable: delete the job and create it again to change the slice")),
         description="TPU slice as <generation>-<size> or <generation>-<topology>, e.g. v6e-16, "
@@ -342,8 +349,8 @@ class TpuTrainingJobSpec(ApiModel):
                                  description="What each JAX process runs.")
     parallelism: Parallelism = Field(default_factory=Parallelism,
                                      description="Device-mesh layout.")
-    output: str = Field(
-        ..., min_length=1, pattern=OUTPUT_PATTERN,
+    output: OutputLocation = Field(
+        ...,
         description="Where checkpoints and metrics go: gs://bucket/prefix, or a path in the "
                     "container. Passed to the trainer as its output setting.")
     data: DataSpec | None = Field(
