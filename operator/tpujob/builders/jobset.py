@@ -1,0 +1,186 @@
+"""The JobSet that runs a TpuTrainingJob: one replicated job of `slices` Jobs, one pod per host,
+one trainer container per JAX process, and failure policies that restart on retryable exits and
+fail at once on deterministic ones."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tpujob.api.spec import TpuTrainingJobSpec
+from tpujob.builders import names
+from tpujob.builders.trainer_config import build_config_map
+from tpujob.builders.wiring import build_process_env
+from tpujob_plan.slice_plan import TPU_RESOURCE, SlicePlan
+
+SIGNAL_EXIT_CODES = range(129, 256)  # 128 + signal number: SIGTERM on preemption is 143
+DISRUPTION_RULE = "disruption"
+FATAL_RULE = "fatal-exit"
+SHM_VOLUME = "dshm"
+CONFIG_VOLUME = "config"
+TERMINATION_GRACE_SECONDS = 120  # time to finish an async checkpoint after SIGTERM
+
+
+def build_owner_reference(job: dict[str, Any]) -> dict[str, Any]:
+    meta = job["metadata"]
+    return {"apiVersion": job["apiVersion"], "kind": job["kind"], "name": meta["name"],
+            "uid": meta["uid"], "controller": True, "blockOwnerDeletion": True}
+
+
+def build_child_metadata(job: dict[str, Any]) -> dict[str, Any]:
+    """Labels and owner reference every child of the job carries (deleting the job deletes them)."""
+    return {"labels": {names.LABEL_JOB: job["metadata"]["name"],
+                       names.LABEL_MANAGED_BY: names.MANAGED_BY},
+            "ownerReferences": [build_owner_reference(job)]}
+
+
+def config_map_name(job_name: str) -> str:
+    return f"{job_name}-trainer"
+
+
+def build_children(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: SlicePlan
+                   ) -> list[dict[str, Any]]:
+    """Every object the operator creates for a job, in creation order."""
+    meta = job["metadata"]
+    children = []
+    if not spec.is_custom_trainer:
+        children.append(build_config_map(config_map_name(meta["name"]), meta["namespace"], spec,
+                                         build_child_metadata(job)))
+    children.append(build_jobset(job, spec, plan))
+    return children
+
+
+def _retryable_codes(spec: TpuTrainingJobSpec) -> list[int]:
+    codes = set(spec.restart_policy.retryable_exit_codes)
+    if spec.restart_policy.retry_on_signal:
+        codes.update(SIGNAL_EXIT_CODES)
+    return sorted(codes)
+
+
+def build_pod_failure_policy(spec: TpuTrainingJobSpec, containers: list[str]) -> dict[str, Any]:
+    """A disrupted pod (preemption, node maintenance) or a non-retryable exit fails the Job at
+    once, with reason PodFailurePolicy; the JobSet rules then tell the two apart by message."""
+    rules: list[dict[str, Any]] = [{"action": "FailJob", "onPodConditions": [
+        {"type": "DisruptionTarget", "status": "True"}]}]
+    for container in containers:
+        rules.append({"action": "FailJob", "onExitCodes": {
+            "containerName": container, "operator": "NotIn", "values": _retryable_codes(spec)}})
+    return {"rules": rules}
+
+
+def build_failure_policy(spec: TpuTrainingJobSpec) -> dict[str, Any]:
+    """Disruptions restart the JobSet (counted or not, per spec); deterministic exits fail it;
+    any other Job failure (a retryable exit code) restarts it, counting towards maxRestarts."""
+    disruption_action = ("RestartJobSet" if spec.restart_policy.disruptions_count_towards_max
+                         else "RestartJobSetAndIgnoreMaxRestarts")
+    return {
+        "maxRestarts": spec.restart_policy.max_restarts,
+        "restartStrategy": "Recreate",
+        "rules": [
+            {"name": DISRUPTION_RULE, "action": disruption_action,
+             "onJobFailureReasons": ["PodFailurePolicy"],
+             "onJobFailureMessagePatterns": [".*DisruptionTarget.*"]},
+            {"name": FATAL_RULE, "action": "FailJobSet",
+             "onJobFailureReasons": ["PodFailurePolicy"]},
+        ],
+    }
+
+
+def _container(spec: TpuTrainingJobSpec, plan: SlicePlan, jobset_name: str, name: str,
+               index: int) -> dict[str, Any]:
+    resources: dict[str, dict[str, Any]] = {
+        "requests": {**spec.resources.requests, **plan.container_resources["requests"]},
+        "limits": {**spec.resources.limits, **plan.container_resources["limits"]},
+    }
+    env = build_process_env(jobset_name, plan, index)
+    env += [e.model_dump(by_alias=True, exclude_none=True) for e in spec.env]
+    if spec.wandb is not None and spec.wandb.api_key_secret is not None:
+        ref = spec.wandb.api_key_secret
+        env.append({"name": "WANDB_API_KEY", "valueFrom": {
+            "secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    port = names.METRICS_PORT + index  # host networking: one port per process on a host
+    container: dict[str, Any] = {
+        "name": name,
+        "image": spec.image,
+        "env": env,
+        "ports": [{"name": f"metrics-{index}" if index else "metrics", "containerPort": port}],
+        "resources": resources,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+        "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
+    }
+    if spec.is_custom_trainer:
+        container["command"] = list(spec.trainer.command or [])
+        if spec.trainer.args:
+            container["args"] = list(spec.trainer.args)
+    else:
+        container["command"] = ["tpujob-train"]
+        container["args"] = ["--config", f"{names.CONFIG_MOUNT}/{names.CONFIG_FILE}",
+                             *spec.trainer.overrides, f"metrics.port={port}"]
+        container["volumeMounts"].append({"name": CONFIG_VOLUME, "mountPath": names.CONFIG_MOUNT,
+                                          "readOnly": True})
+    return container
+
+
+def build_pod_spec(job_name: str, spec: TpuTrainingJobSpec, plan: SlicePlan,
+                   jobset_name: str) -> dict[str, Any]:
+    containers = names.container_names(plan.containers_per_host)
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "hostNetwork": True,
+        "dnsPolicy": "ClusterFirstWithHostNet",
+        "nodeSelector": plan.node_selector,
+        "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
+        "containers": [_container(spec, plan, jobset_name, name, i)
+                       for i, name in enumerate(containers)],
+        "volumes": [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}}],
+    }
+    if not spec.is_custom_trainer:
+        pod["volumes"].append({"name": CONFIG_VOLUME,
+                               "configMap": {"name": config_map_name(job_name)}})
+    if spec.scheduling.priority_class_name:
+        pod["priorityClassName"] = spec.scheduling.priority_class_name
+    return pod
+
+
+def build_jobset(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: SlicePlan
+                 ) -> dict[str, Any]:
+    """The JobSet for a job: its name is the job's name, and it is owned by the job."""
+    meta = job["metadata"]
+    name = meta["name"]
+    child = build_child_metadata(job)
+    labels = dict(child["labels"])
+    if spec.scheduling.queue_name:
+        labels[names.KUEUE_QUEUE_LABEL] = spec.scheduling.queue_name
+    containers = names.container_names(plan.containers_per_host)
+    job_template = {
+        "metadata": {"labels": dict(child["labels"])},
+        "spec": {
+            "parallelism": plan.hosts,
+            "completions": plan.hosts,
+            "completionMode": "Indexed",
+            "backoffLimit": 0,
+            "podFailurePolicy": build_pod_failure_policy(spec, containers),
+            "template": {
+                "metadata": {"labels": dict(child["labels"])},
+                "spec": build_pod_spec(name, spec, plan, name),
+            },
+        },
+    }
+    return {
+        "apiVersion": names.JOBSET_API_VERSION,
+        "kind": "JobSet",
+        "metadata": {
+            "name": name, "namespace": meta["namespace"], "labels": labels,
+            "annotations": {names.EXCLUSIVE_TOPOLOGY: names.NODEPOOL_LABEL},
+            "ownerReferences": child["ownerReferences"],
+        },
+        "spec": {
+            # Kueue admits a queued JobSet by unsuspending it.
+            "suspend": bool(spec.suspend or spec.scheduling.queue_name),
+            "network": {"enableDNSHostnames": True, "publishNotReadyAddresses": True},
+            "successPolicy": {"operator": "All", "targetReplicatedJobs": [names.REPLICATED_JOB]},
+            "failurePolicy": build_failure_policy(spec),
+            "replicatedJobs": [{"name": names.REPLICATED_JOB, "replicas": plan.slices,
+                                "template": job_template}],
+        },
+    }

@@ -1,0 +1,33 @@
+"""Names, labels and well-known keys shared by the builders and the operator's observers."""
+
+from __future__ import annotations
+
+LABEL_JOB = "tpujob.dev/job-name"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "tpujob"
+REPLICATED_JOB = "slice"
+TRAINER_CONTAINER = "trainer"
+METRICS_PORT = 9431
+COORDINATOR_PORT = 8476  # JAX's port for GKE TPU clusters
+
+JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
+JOBSET_LABEL_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
+JOB_COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
+EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
+NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
+KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+CONFIG_MOUNT = "/etc/tpujob"
+CONFIG_FILE = "trainer.yaml"
+
+
+def container_names(containers_per_host: int) -> list[str]:
+    """`trainer`, or `trainer-1`, `trainer-2` where a host runs one process per NUMA node."""
+    if containers_per_host == 1:
+        return [TRAINER_CONTAINER]
+    return [f"{TRAINER_CONTAINER}-{i + 1}" for i in range(containers_per_host)]
+
+
+def host_fqdn(jobset: str, slice_index: int, host_index: int) -> str:
+    """DNS name JobSet gives a pod: `<jobset>-<replicated job>-<job index>-<pod index>.<subdomain>`
+    (the subdomain defaults to the JobSet name)."""
+    return f"{jobset}-{REPLICATED_JOB}-{slice_index}-{host_index}.{jobset}"
