@@ -475,6 +475,8 @@ def _check_accept(request: web.Request) -> None:
 
 def _content_type(request: web.Request, accepted: tuple[str, ...]) -> str:
     content_type = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
+    if not content_type and accepted == _BODY_TYPES:
+        content_type = "application/json"  # as kube-apiserver: the first supported type
     if content_type not in accepted:
         raise errors.unsupported_media_type(content_type, list(accepted))
     return content_type

@@ -120,6 +120,10 @@ def prepare_create(rtype: ResourceType, body: Any, namespace: str | None, now: s
         meta.pop("namespace", None)
     for key in ("deletionTimestamp", "deletionGracePeriodSeconds", "selfLink"):
         meta.pop(key, None)
+    if rtype.status_subresource:  # create cannot set status
+        obj.pop("status", None)
+        if rtype.kind == "Pod" and not rtype.group:
+            obj["status"] = {"phase": "Pending"}
     unknown = _process_schema(rtype, obj, None, meta.get("name") or "")
     _check_metadata(rtype, obj, None)
     meta["uid"] = _uid()

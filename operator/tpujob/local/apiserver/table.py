@@ -4,6 +4,7 @@ additionalPrinterColumns or the default Name/Age columns."""
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from typing import Any
 
 from . import jsonpath
@@ -11,7 +12,7 @@ from .resources import ResourceType
 
 _NAME = {"name": "Name", "type": "string", "format": "name", "priority": 0,
          "description": "Name must be unique within a namespace. Cannot be updated."}
-_AGE = {"name": "Age", "type": "string", "format": "", "priority": 0,
+_AGE = {"name": "Age", "type": "date", "format": "", "priority": 0,
         "description": "CreationTimestamp is a timestamp representing the server time when this "
                        "object was created."}
 
@@ -46,27 +47,75 @@ def _columns(rtype: ResourceType) -> list[tuple[dict[str, Any], Any]]:
         columns.append(({"name": "Status", "type": "string", "format": "", "priority": 0,
                          "description": "The phase of the pod"},
                         lambda obj: (obj.get("status") or {}).get("phase", "Pending")))
-    columns.append((_AGE, lambda obj: obj["metadata"].get("creationTimestamp")))
+    columns.append((_AGE, lambda obj: age(obj["metadata"].get("creationTimestamp"))))
     return columns
 
 
+def human_duration(seconds: float) -> str:
+    """A duration as kubectl shows ages: `45s`, `3m12s`, `5h20m`, `3d4h`, `2y15d`."""
+    whole = int(seconds)
+    if whole < -1:
+        return "<invalid>"
+    if whole < 0:
+        return "0s"
+    if whole < 120:
+        return f"{whole}s"
+    minutes = whole // 60
+    if minutes < 10:
+        return f"{minutes}m" if whole % 60 == 0 else f"{minutes}m{whole % 60}s"
+    if minutes < 180:
+        return f"{minutes}m"
+    hours = whole // 3600
+    if hours < 8:
+        return f"{hours}h" if minutes % 60 == 0 else f"{hours}h{minutes % 60}m"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{hours // 24}d" if hours % 24 == 0 else f"{hours // 24}d{hours % 24}h"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        days = (hours // 24) % 365
+        return f"{hours // 24 // 365}y" if days == 0 else f"{hours // 24 // 365}y{days}d"
+    return f"{hours // 24 // 365}y"
+
+
+def age(timestamp: Any, now: datetime | None = None) -> str | None:
+    """The age of an RFC 3339 timestamp, `<invalid>` when it does not parse."""
+    if timestamp is None:
+        return None
+    try:
+        when = datetime.strptime(str(timestamp), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+    except ValueError:
+        return "<invalid>"
+    return human_duration(((now or datetime.now(UTC)) - when).total_seconds())
+
+
 def _cell(obj: dict[str, Any], column: dict[str, Any]) -> Any:
+    # Cell values follow kube-apiserver's CRD table convertor: strings printed, numbers and
+    # booleans typed, dates as ages, anything of the wrong type empty.
     try:
         values = jsonpath.find(obj, column["jsonPath"])
     except ValueError:
         return None
-    if not values:
+    if not values or values[0] is None:
         return None
-    value = values[0]
-    if column.get("type") in ("integer", "number") and isinstance(value, (int, float)):
+    value, kind = values[0], column.get("type", "string")
+    if kind == "string":
+        if isinstance(value, bool):
+            return "true" if value else "false"
+        if isinstance(value, (dict, list)):
+            return json.dumps(value, separators=(",", ":"))
+        return str(value)
+    if kind == "integer" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return int(value)
+    if kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):
         return value
-    if column.get("type") == "boolean" and isinstance(value, bool):
+    if kind == "boolean" and isinstance(value, bool):
         return value
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (dict, list)):
-        return json.dumps(value, separators=(",", ":"))
-    return value if isinstance(value, str) else str(value)
+    if kind == "date" and isinstance(value, str):
+        return age(value)
+    return None
 
 
 def _row_object(obj: dict[str, Any], include: str) -> dict[str, Any] | None:

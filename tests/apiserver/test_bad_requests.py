@@ -1,0 +1,90 @@
+"""Bad requests get 4xx Status answers and never take the server down."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.support.apiserver import Kube, unique_name
+
+pytestmark = pytest.mark.integration
+
+
+def _status(response, code: int, reason: str | None = None) -> dict:
+    assert response.status_code == code, response.text
+    body = response.json()
+    assert body["kind"] == "Status" and body["status"] == "Failure" and body["code"] == code
+    if reason:
+        assert body["reason"] == reason
+    return body
+
+
+def _still_serving(kube: Kube) -> None:
+    assert kube.get("/api/v1/namespaces").status_code == 200
+
+
+def test_malformed_json_is_400(kube: Kube) -> None:
+    path = f"/api/v1/namespaces/{kube.namespace}/configmaps"
+    _status(kube.request("POST", path, data="{not json",
+                         headers={"Content-Type": "application/json"}), 400, "BadRequest")
+    _status(kube.request("PATCH", f"{path}/x", data="{not json",
+                         headers={"Content-Type": "application/merge-patch+json"}), 400)
+    _still_serving(kube)
+
+
+def test_wrong_content_type_is_415(kube: Kube) -> None:
+    path = f"/api/v1/namespaces/{kube.namespace}/configmaps"
+    _status(kube.request("POST", path, data="metadata: {name: x}",
+                         headers={"Content-Type": "text/plain"}), 415, "UnsupportedMediaType")
+    name = unique_name("cm")
+    kube.request("POST", path, json={"metadata": {"name": name}})
+    _status(kube.request("PATCH", f"{path}/{name}", data='{"data":{}}',
+                         headers={"Content-Type": "application/json"}), 415)
+    _still_serving(kube)
+
+
+def test_unknown_resources_are_404(kube: Kube) -> None:
+    for path in ("/api/v1/nonsense", f"/api/v1/namespaces/{kube.namespace}/nonsense",
+                 "/apis/no.such.group/v1/things", "/apis/no.such.group",
+                 "/apis/batch/v9"):
+        _status(kube.get(path), 404, "NotFound")
+    _status(kube.request("POST", "/apis/no.such.group/v1/namespaces/default/things",
+                         json={}), 404)
+    _still_serving(kube)
+
+
+def test_oversize_body_is_413(kube: Kube) -> None:
+    path = f"/api/v1/namespaces/{kube.namespace}/configmaps"
+    big = {"metadata": {"name": unique_name("big")}, "data": {"blob": "x" * (3 * 1024 * 1024)}}
+    response = kube.request("POST", path, json=big)
+    assert response.status_code == 413, response.text[:300]
+    if response.headers.get("Content-Type", "").startswith("application/json"):
+        assert response.json()["kind"] == "Status"
+    _still_serving(kube)
+
+
+def test_wrong_kind_and_mismatched_identity_are_400(kube: Kube) -> None:
+    path = f"/api/v1/namespaces/{kube.namespace}/configmaps"
+    _status(kube.request("POST", path, json={"apiVersion": "v1", "kind": "Secret",
+                                             "metadata": {"name": "x"}}), 400, "BadRequest")
+    _status(kube.request("POST", path, json={"metadata": {"name": "x",
+                                                          "namespace": "elsewhere"}}), 400)
+    name = unique_name("cm")
+    kube.request("POST", path, json={"metadata": {"name": name}})
+    _status(kube.request("PUT", f"{path}/{name}", json={"metadata": {"name": "other"}}), 400)
+    _status(kube.request("POST", path, json=["not", "an", "object"]), 400)
+    _still_serving(kube)
+
+
+def test_invalid_names_are_422(kube: Kube) -> None:
+    path = f"/api/v1/namespaces/{kube.namespace}/configmaps"
+    body = _status(kube.request("POST", path, json={"metadata": {"name": "Not_Valid"}}), 422,
+                   "Invalid")
+    assert body["details"]["causes"][0]["field"] == "metadata.name"
+    _status(kube.request("POST", path, json={"metadata": {}}), 422, "Invalid")
+
+
+def test_wrong_methods_are_405(kube: Kube) -> None:
+    path = f"/api/v1/namespaces/{kube.namespace}/configmaps"
+    assert kube.request("PUT", path, json={}).status_code == 405
+    assert kube.request("POST", "/api/v1", json={}).status_code == 405
+    _still_serving(kube)
