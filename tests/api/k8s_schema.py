@@ -39,6 +39,9 @@ def structural_problems(node: Any, path: str = "") -> list[str]:
         problems.append(f"{where}: $ref is not allowed")
     if "default" in node and node["default"] is None:
         problems.append(f"{where}: a default of null is not allowed")
+    for flag in ("exclusiveMinimum", "exclusiveMaximum"):
+        if flag in node and not isinstance(node[flag], bool):
+            problems.append(f"{where}: {flag} must be a boolean in OpenAPI v3.0")
     typed = node.get("type")
     if typed is None and not node.get(PRESERVE) and not node.get(INT_OR_STRING):
         problems.append(f"{where}: no type")
@@ -118,6 +121,12 @@ def strict_schema(schema: dict[str, Any]) -> dict[str, Any]:
 def _make_strict(node: dict[str, Any]) -> None:
     if "properties" in node and not node.get(PRESERVE):
         node["additionalProperties"] = False
+    if node.pop("nullable", False):
+        node["type"] = [node["type"], "null"]
+    # OpenAPI v3.0 bounds: a boolean flag beside minimum/maximum; JSON Schema 7: the bound.
+    for flag, bound in (("exclusiveMinimum", "minimum"), ("exclusiveMaximum", "maximum")):
+        if node.get(flag) is True:
+            node[flag] = node.pop(bound)
     for child in node.get("properties", {}).values():
         _make_strict(child)
     if isinstance(node.get("additionalProperties"), dict):

@@ -73,6 +73,7 @@ def test_schema_is_structural(root_schema):
     ({"type": "object", "additionalProperties": True}, "must be a schema"),
     ({"type": "string", "default": None}, "default of null"),
     ({"type": "array"}, "array needs items"),
+    ({"type": "number", "exclusiveMinimum": 0}, "must be a boolean"),
     ({"type": "object", "propertyNames": {"enum": ["a"]}}, "unknown keyword 'propertyNames'"),
 ])
 def test_structural_checker_catches(bad, problem):
@@ -87,6 +88,34 @@ def test_top_level_shape(root_schema):
     trainer_config = root_schema["properties"]["spec"]["properties"]["trainer"]["properties"][
         "config"]
     assert trainer_config == {**trainer_config, "type": "object", k8s.PRESERVE: True}
+    assert {"model", "train", "checkpoint", "output"} <= set(trainer_config["properties"])
+
+
+# (trainer.config, an error naming this field, or None when the CRD lets it through)
+TRAINER_CONFIGS = [
+    ({"train": {"steps": -1}}, "spec.trainer.config.train.steps"),
+    ({"train": {"steps": "many"}}, "spec.trainer.config.train.steps"),
+    ({"model": {"rope_theta": 0}}, "spec.trainer.config.model.rope_theta"),
+    ({"model": {"remat": "sometimes"}}, "spec.trainer.config.model.remat"),
+    ({"checkpoint": {"every": 0}}, "spec.trainer.config.checkpoint.every"),
+    ({"train": {"steps": 10}, "model": {"moe": {"mlp_dim": None}}}, None),
+    # Unknown keys reach the operator, which names them with the trainer's own schema.
+    ({"train": {"stepz": 10}, "extra_section": {"a": 1}}, None),
+    # Cross-field rules are the trainer schema's alone (checked by the operator).
+    ({"model": {"n_heads": 4, "n_kv_heads": 3}}, None),
+]
+
+
+@pytest.mark.parametrize("config, field", TRAINER_CONFIGS)
+def test_trainer_config_known_keys_checked_unknown_kept(root_schema, config, field):
+    job = _job({**MINIMAL_SPEC, "trainer": {"config": config}})
+    errors = k8s.validate_object(root_schema, job)
+    if field is None:
+        assert errors == []
+        stored = k8s.apply_defaults(root_schema, job)
+        assert stored["spec"]["trainer"]["config"] == config, "no defaults inside the config"
+    else:
+        assert any(e.startswith(f"{field}:") for e in errors), errors
 
 
 @pytest.mark.parametrize("path, key, expected", [

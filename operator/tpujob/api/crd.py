@@ -25,9 +25,10 @@ from tpujob.api.resource import (
     VERSION,
     TpuTrainingJob,
 )
-from tpujob.api.schema import build_structural_schema
+from tpujob.api.schema import build_open_schema, build_structural_schema
 from tpujob.api.spec import TpuTrainingJobSpec
 from tpujob.api.status import TpuTrainingJobStatus
+from tpujob_trainer.config.root import TrainerConfig
 
 DEFAULT_OUTPUT = Path("manifests") / "crd.yaml"
 DEFAULT_DOCS = Path("docs") / "api.md"
@@ -65,8 +66,22 @@ def build_printer_columns() -> list[dict[str, Any]]:
     ]
 
 
+def build_trainer_config_schema(description: str) -> dict[str, Any]:
+    """spec.trainer.config: the trainer's own schema, open. The apiserver refuses wrong types
+    and out-of-range values of known keys at `kubectl apply` (negative train.steps, say); it
+    keeps unknown keys, so that the operator, validating with the trainer's full schema
+    (cross-field rules included), can name a misspelt key instead of it being pruned."""
+    schema = build_open_schema(TrainerConfig)
+    schema["description"] = description
+    return schema
+
+
 def build_openapi_schema() -> dict[str, Any]:
     """The version's openAPIV3Schema: a Kubernetes object with our spec and status."""
+    spec = build_structural_schema(TpuTrainingJobSpec)
+    trainer = spec["properties"]["trainer"]["properties"]
+    trainer["config"] = {**build_trainer_config_schema(trainer["config"]["description"]),
+                         "default": trainer["config"]["default"]}
     return {
         "description": TpuTrainingJob.__doc__,
         "type": "object",
@@ -75,7 +90,7 @@ def build_openapi_schema() -> dict[str, Any]:
             "apiVersion": {"type": "string", "description": "API version: tpujob.dev/v1alpha1."},
             "kind": {"type": "string", "description": f"Kind: {KIND}."},
             "metadata": {"type": "object"},
-            "spec": build_structural_schema(TpuTrainingJobSpec),
+            "spec": spec,
             "status": build_structural_schema(TpuTrainingJobStatus),
         },
     }

@@ -17,6 +17,7 @@ from pydantic.json_schema import GenerateJsonSchema
 VALIDATIONS = "x-kubernetes-validations"
 PRESERVE = "x-kubernetes-preserve-unknown-fields"
 INT_OR_STRING = "x-kubernetes-int-or-string"
+_NULLABLE = "x-tpujob-nullable"  # internal marker: the field's JSON Schema allowed null
 
 # Keywords that mean the same in JSON Schema and in Kubernetes' OpenAPI v3 subset.
 _PASSTHROUGH = {
@@ -25,9 +26,10 @@ _PASSTHROUGH = {
 }
 _FORMATS = {"date-time", "int32", "int64", "float", "double"}
 # Key order in the output, so the generated YAML reads top-down like a hand-written schema.
-_ORDER = ["description", "type", "format", "enum", "default", "minimum", "maximum", "minLength",
-          "maxLength", "pattern", "minItems", "maxItems", "minProperties", "maxProperties",
-          "required", "properties", "additionalProperties", "items"]
+_ORDER = ["description", "type", "nullable", "format", "enum", "default", "minimum",
+          "exclusiveMinimum", "maximum", "exclusiveMaximum", "minLength", "maxLength", "pattern",
+          "minItems", "maxItems", "minProperties", "maxProperties", "required", "properties",
+          "additionalProperties", "items"]
 
 
 class SchemaError(ValueError):
@@ -62,7 +64,16 @@ def build_structural_schema(model: type[BaseModel]) -> dict[str, Any]:
     raw = model.model_json_schema(
         by_alias=True, mode="validation", schema_generator=_WithFactoryDefaults)
     defs = raw.pop("$defs", {})
-    return _convert(raw, defs, model.__name__)
+    return _convert(raw, defs, model.__name__, open_=False)
+
+
+def build_open_schema(model: type[BaseModel]) -> dict[str, Any]:
+    """A schema that checks the fields `model` knows (types, bounds, enums; `null` where the
+    model takes None) but keeps unknown ones and sets no defaults: for a config another
+    component validates in full, so that a typo reaches it instead of being pruned."""
+    raw = model.model_json_schema(by_alias=True, mode="validation")
+    defs = raw.pop("$defs", {})
+    return _convert(raw, defs, model.__name__, open_=True)
 
 
 def _resolve(node: dict[str, Any], defs: dict[str, Any], path: str) -> dict[str, Any]:
@@ -86,30 +97,36 @@ def _resolve(node: dict[str, Any], defs: dict[str, Any], path: str) -> dict[str,
             if outer.get("default", 0) is None:
                 del outer["default"]
             inner = _resolve(rest[0], defs, path)
-            node = {**inner, **outer}
+            node = {**inner, **outer, _NULLABLE: True}
             if VALIDATIONS in inner and VALIDATIONS in outer:
                 node[VALIDATIONS] = inner[VALIDATIONS] + outer[VALIDATIONS]
             continue
         return node
 
 
-def _convert(node: dict[str, Any], defs: dict[str, Any], path: str) -> dict[str, Any]:
+def _convert(node: dict[str, Any], defs: dict[str, Any], path: str,
+             open_: bool) -> dict[str, Any]:
     node = _resolve(node, defs, path)
     out: dict[str, Any] = {}
     rules: list[dict[str, str]] = list(node.get(VALIDATIONS, []))
     for key, value in node.items():
         if key in ("title", VALIDATIONS):
             continue
-        if key == "properties":
-            out["properties"] = {name: _convert(child, defs, f"{path}.{name}")
+        if key == _NULLABLE:
+            if open_:
+                out["nullable"] = True
+        elif key == "properties":
+            out["properties"] = {name: _convert(child, defs, f"{path}.{name}", open_)
                                  for name, child in value.items()}
+            if open_:
+                out[PRESERVE] = True
         elif key == "items":
-            out["items"] = _convert(value, defs, f"{path}[]")
+            out["items"] = _convert(value, defs, f"{path}[]", open_)
         elif key == "additionalProperties":
             if value is True:
                 out[PRESERVE] = True
             elif isinstance(value, dict):
-                out["additionalProperties"] = _convert(value, defs, f"{path}.*")
+                out["additionalProperties"] = _convert(value, defs, f"{path}.*", open_)
             # `false` (pydantic's extra="forbid") is dropped: Kubernetes prunes or, under strict
             # field validation, refuses unknown fields on its own.
         elif key == "propertyNames":
@@ -124,9 +141,15 @@ def _convert(node: dict[str, Any], defs: dict[str, Any], path: str) -> dict[str,
                 raise SchemaError(f"{path}: anyOf is only allowed for int-or-string")
             out["anyOf"] = value
         elif key == "default":
+            if open_:
+                continue
             # Object defaults become {}: the apiserver then fills nested fields from their own
             # defaults, and pydantic's dump of a default object may hold nulls Kubernetes refuses.
             out["default"] = {} if isinstance(value, dict) else value
+        elif key in ("exclusiveMinimum", "exclusiveMaximum"):
+            # JSON Schema 2020-12 gives the bound itself; OpenAPI v3.0 a flag on minimum/maximum.
+            out["minimum" if key == "exclusiveMinimum" else "maximum"] = value
+            out[key] = True
         elif key == "format":
             if value in _FORMATS:
                 out["format"] = value
