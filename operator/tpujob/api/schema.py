@@ -5,7 +5,9 @@ types (except int-or-string), every node typed, `properties` and `additionalProp
 together, no `propertyNames`, no nulls in defaults. This module inlines references, drops the
 `null` branch of optional fields (an absent field is how Kubernetes says "unset"), maps free-form
 dicts to `x-kubernetes-preserve-unknown-fields`, turns key enums into CEL rules, and refuses any
-keyword it does not know, so a model change can never slip an invalid construct into the CRD."""
+keyword it does not know, so a model change can never slip an invalid construct into the CRD.
+`build_open_schema` is the variant for a config validated in full elsewhere: known keys
+checked, unknown keys kept, no defaults."""
 
 from __future__ import annotations
 
