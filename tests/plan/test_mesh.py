@@ -114,3 +114,9 @@ def test_agrees_with_jax_create_device_mesh_rule(physical):
         assert ours == theirs, (physical, logical)
         checked += 1
     assert checked > 5
+
+
+def test_suggestions_keep_the_tensor_axis_asked_for():
+    m = _plan("v6e-16", {"fsdp": 8, "tensor": 2})
+    assert not m.valid and "expert=1" not in m.error
+    assert m.suggestions[0] == {"fsdp": 4, "tensor": 4}

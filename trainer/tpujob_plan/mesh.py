@@ -118,7 +118,7 @@ def assign_to_physical(physical: tuple[int, ...], logical: Mapping[str, int]
         elif size > 1:
             left = [v for v in remaining if v]
             placed = ", ".join(f"{a}={logical[a]} on {'x'.join(str(physical[i]) for i in axes)}"
-                               for a, axes in assignment.items())
+                               for a, axes in assignment.items() if logical[a] > 1)
             return assignment, (
                 f"ici {name}={size} cannot be placed on the physical mesh "
                 f"{'x'.join(map(str, physical))}"
@@ -166,8 +166,9 @@ def plan_mesh(ici: Mapping[str, int] | None, dcn: Mapping[str, int] | None = Non
 
 def suggest_layouts(physical: tuple[int, ...], ici: Mapping[str, int], limit: int = 3
                     ) -> list[dict[str, int]]:
-    """Valid layouts over the axes the request used, closest first: the fewest doublings and
-    halvings, then keeping the model-sharding axes (tensor, expert), then the fewest axes."""
+    """Valid layouts over the axes the request used, closest first: keeping the model-sharding
+    axes (tensor, expert) asked for, then the fewest doublings and halvings, then the fewest
+    changes to tensor and expert, then the fewest axes."""
     named = [a for a in MESH_AXES if ici.get(a, 1) > 1] or ["fsdp"]
     total = math.prod(physical)
     candidates: list[tuple[tuple, dict[str, int]]] = []
@@ -175,9 +176,11 @@ def suggest_layouts(physical: tuple[int, ...], ici: Mapping[str, int], limit: in
         layout = {a: 1 for a in MESH_AXES} | dict(zip(named, sizes, strict=True))
         if _accepts_any_layout(physical, layout) or assign_to_physical(physical, layout)[1] is None:
             distance = sum(abs(math.log2(layout[a] / ici.get(a, 1))) for a in named)
-            model_moved = sum(layout[a] != ici.get(a, 1) for a in ("tensor", "expert"))
+            model = [a for a in ("tensor", "expert") if ici.get(a, 1) > 1]
+            model_dropped = sum(layout[a] == 1 for a in model)
+            model_moved = sum(layout[a] != ici.get(a, 1) for a in model)
             used = sum(s > 1 for s in layout.values())
-            candidates.append(((round(distance, 6), model_moved, used), layout))
+            candidates.append(((model_dropped, round(distance, 6), model_moved, used), layout))
     candidates.sort(key=lambda c: c[0])
     return [{a: s for a, s in layout.items() if s > 1} for _, layout in candidates[:limit]]
 

@@ -18,9 +18,9 @@ def build_trainer_config(spec: TpuTrainingJobSpec) -> dict[str, Any]:
     config["output"] = spec.output
     mesh = config.setdefault("mesh", {})
     if spec.parallelism.ici:
-        mesh["ici"] = {str(a): s for a, s in spec.parallelism.ici.items()}
+        mesh["ici"] = spec.parallelism.ici_sizes
     if spec.parallelism.dcn:
-        mesh["dcn"] = {str(a): s for a, s in spec.parallelism.dcn.items()}
+        mesh["dcn"] = spec.parallelism.dcn_sizes
     if spec.data is not None:
         data = config.setdefault("data", {})
         data["kind"] = str(spec.data.kind)

@@ -11,6 +11,7 @@ import sys
 # command's dependencies never slow another down.
 COMMANDS: dict[str, str] = {
     "plan": "tpujob.cli.plan_cmd",
+    "render": "tpujob.cli.render_cmd",
     "local": "tpujob.cli.local_cmd",
 }
 

@@ -1,0 +1,122 @@
+"""Pre-flight validation of a TpuTrainingJob: everything that can be known to fail before any
+TPU is spent. Pure: a parsed job in, a verdict out (the first problem, with the field it names
+and what would be valid), so the operator, the admission webhook and `tpujob render` agree.
+
+Order: the spec's own schema, then the slice (and whether the job's name leaves room for its
+pods' host names), the mesh against the slice's topology, the
+trainer config (the trainer's own schema, with the job's settings laid over it), and the model's
+memory against the slice's HBM.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from tpujob.api.resource import InvalidJobError, TpuTrainingJob, load_job
+from tpujob.builders.names import host_fqdn
+from tpujob.builders.trainer_config import build_trainer_config
+from tpujob_plan.errors import PlanError
+from tpujob_plan.memory import REMAT_POLICIES, choose_remat, estimate_memory
+from tpujob_plan.mesh import MeshPlan, format_axes, plan_mesh
+from tpujob_plan.slice_plan import SlicePlan, plan_slice
+
+GIB = 1024**3
+MAX_HOSTNAME = 63  # a pod's host name is a DNS label
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The outcome of validation. When not `valid`: `reason` (a CamelCase word for conditions),
+    `field` (the spec path at fault) and `message` (what is wrong and what would be valid)."""
+
+    valid: bool
+    reason: str = "Valid"
+    field: str | None = None
+    message: str = ""
+    job: TpuTrainingJob | None = None
+    plan: SlicePlan | None = None
+    mesh: MeshPlan | None = None
+
+    @classmethod
+    def refuse(cls, reason: str, field: str, message: str, **kw: Any) -> Verdict:
+        return cls(False, reason=reason, field=field, message=f"{field}: {message}", **kw)
+
+
+def validate_job(obj: dict[str, Any]) -> Verdict:
+    """Validate a TpuTrainingJob object as read from YAML or the API server."""
+    try:
+        job = load_job(obj)
+    except InvalidJobError as err:
+        first = err.problems[0]
+        field = first.split(":", 1)[0].strip() if ":" in first else "spec"
+        return Verdict(False, reason="InvalidSpec", field=field, message="; ".join(err.problems))
+    spec = job.spec
+    try:
+        plan = plan_slice(spec.slice, slices=spec.slices, machine_type=spec.machine_type,
+                          field="spec.slice")
+    except PlanError as err:
+        field = {"slices": "spec.slices", "machineType": "spec.machineType"}.get(err.field,
+                                                                                 err.field)
+        return Verdict.refuse("InvalidSlice", field, err.message, job=job)
+    longest = host_fqdn(job.metadata.get("name", ""), plan.slices - 1, plan.hosts - 1)
+    if len(longest.split(".", 1)[0]) > MAX_HOSTNAME:
+        return Verdict.refuse(
+            "InvalidName", "metadata.name",
+            f"too long for this slice: pod host names like {longest.split('.', 1)[0]!r} must "
+            f"be at most {MAX_HOSTNAME} characters; use a name of at most "
+            f"{MAX_HOSTNAME - len(longest.split('.', 1)[0]) + len(job.metadata.get('name', ''))}"
+            f" characters", job=job, plan=plan)
+    mesh = plan_mesh(spec.parallelism.ici_sizes or None, spec.parallelism.dcn_sizes or None,
+                     devices_per_slice=plan.slice_type.devices, num_slices=plan.slices,
+                     physical_dims=plan.physical_mesh, field="spec.parallelism")
+    if not mesh.valid:
+        hint = ""
+        if mesh.suggestions:
+            hint = "; valid layouts: " + " | ".join(format_axes(s) for s in mesh.suggestions)
+        return Verdict.refuse("InvalidMesh", mesh.field or "spec.parallelism",
+                              f"{mesh.error}{hint}", job=job, plan=plan, mesh=mesh)
+    if spec.is_custom_trainer:
+        return Verdict(True, job=job, plan=plan, mesh=mesh)
+    return _validate_trainer(job, plan, mesh)
+
+
+def _validate_trainer(job: TpuTrainingJob, plan: SlicePlan, mesh: MeshPlan) -> Verdict:
+    from tpujob_trainer.config import ConfigError, TrainerConfig
+
+    spec = job.spec
+    try:
+        config = TrainerConfig.from_dict(build_trainer_config(spec), spec.trainer.overrides)
+    except ConfigError as err:
+        return Verdict.refuse("ConfigError", "spec.trainer.config", "; ".join(err.problems),
+                              job=job, plan=plan, mesh=mesh)
+    batch_shards = mesh.axes["data"] * mesh.axes["fsdp"] * mesh.axes["expert"]
+    micro_batch = config.train.global_batch // config.train.grad_accum
+    if micro_batch % batch_shards:
+        return Verdict.refuse(
+            "InvalidBatch", "spec.trainer.config.train.global_batch",
+            f"a batch of {micro_batch} sequences (global_batch / grad_accum) must split evenly "
+            f"over the {batch_shards} batch shards (data x fsdp x expert = "
+            f"{format_axes({a: mesh.axes[a] for a in ('data', 'fsdp', 'expert')})}); use a "
+            f"multiple of {batch_shards}", job=job, plan=plan, mesh=mesh)
+    shape = config.model.to_shape()
+    kwargs = dict(global_batch=config.train.global_batch, seq_len=config.train.seq_len,
+                  mesh=mesh.axes, optimizer=config.optimizer.kind,
+                  grad_accum=config.train.grad_accum, hbm_bytes=plan.hbm_bytes_per_device,
+                  param_bytes=4 if config.model.param_dtype == "float32" else 2,
+                  compute_bytes=2 if config.model.dtype == "bfloat16" else 4)
+    remat = config.model.remat
+    if remat == "auto":
+        remat = choose_remat(shape, **kwargs)
+    estimate = estimate_memory(shape, remat=remat, **kwargs)
+    if not estimate.fits:
+        parts = sorted(estimate.breakdown.items(), key=lambda kv: -kv[1])[:3]
+        where = ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in parts)
+        better = "" if remat == REMAT_POLICIES[-1] else " or model.remat=full"
+        return Verdict.refuse(
+            "OutOfMemory", "spec.trainer.config.model",
+            f"needs about {estimate.per_device_bytes / GIB:.1f} GiB per device (remat {remat}: "
+            f"{where}) but a {plan.slice_type.name} device has "
+            f"{(estimate.usable_bytes or 0) / GIB:.1f} GiB usable; shard more (fsdp, tensor), "
+            f"use a larger slice, a smaller batch{better}", job=job, plan=plan, mesh=mesh)
+    return Verdict(True, job=job, plan=plan, mesh=mesh)
