@@ -5,10 +5,18 @@ slower instead of failing)."""
 
 from __future__ import annotations
 
+import os
+import sys
+import threading
+
 import jax
 
 from tpujob_trainer.env import ProcessEnv
-from tpujob_trainer.exits import Reason, TrainerExit
+from tpujob_trainer.exits import EXIT_CODES, Reason, TrainerExit, write_termination_message
+
+# JAX aborts the process (SIGABRT) when its own connect timeout passes; a watchdog that fires
+# first turns a missing peer into the MeshMismatch exit instead.
+_JAX_TIMEOUT_MARGIN_S = 30
 
 
 def configure_devices(penv: ProcessEnv) -> None:
@@ -22,17 +30,28 @@ def initialize(penv: ProcessEnv) -> None:
     configure_devices(penv)
     if not penv.is_multiprocess:
         return
+    message = (f"process {penv.process_id} of {penv.process_count} could not join the "
+               f"coordinator at {penv.coordinator_address} within {penv.init_timeout_s}s: not "
+               "every process of the job started, or the coordinator is unreachable")
+
+    def give_up() -> None:
+        write_termination_message(Reason.MESH_MISMATCH, message)
+        print(f"tpujob-train: {Reason.MESH_MISMATCH.value}: {message}", file=sys.stderr, flush=True)
+        os._exit(EXIT_CODES[Reason.MESH_MISMATCH])
+
+    watchdog = threading.Timer(penv.init_timeout_s, give_up)
+    watchdog.daemon = True
+    watchdog.start()
     try:
         jax.distributed.initialize(
             coordinator_address=penv.coordinator_address, num_processes=penv.process_count,
-            process_id=penv.process_id, initialization_timeout=penv.init_timeout_s)
+            process_id=penv.process_id,
+            initialization_timeout=penv.init_timeout_s + _JAX_TIMEOUT_MARGIN_S)
     except Exception as e:  # JAX raises several types; all mean "the job did not assemble"
-        raise TrainerExit(
-            Reason.MESH_MISMATCH,
-            f"process {penv.process_id} of {penv.process_count} could not join the coordinator "
-            f"at {penv.coordinator_address} within {penv.init_timeout_s}s: not every process of "
-            f"the job started or the coordinator is unreachable ({type(e).__name__}: "
-            f"{str(e).splitlines()[0] if str(e) else ''})") from e
+        first = str(e).splitlines()[0] if str(e) else ""
+        raise TrainerExit(Reason.MESH_MISMATCH, f"{message} ({type(e).__name__}: {first})") from e
+    finally:
+        watchdog.cancel()
 
 
 def check_topology(penv: ProcessEnv) -> None:

@@ -71,7 +71,7 @@ def train_step(state: State, batch: dict[str, jax.Array], *, graphdef: nnx.Graph
     updates, opt_state = tx.update(grads, state["opt_state"], params)
     new_state = {"params": optax.apply_updates(params, updates), "opt_state": opt_state,
                  "step": state["step"] + 1}
-    metrics = {"loss": ce, "aux_loss": aux, "grad_norm": optax.global_norm(grads),
+    metrics = {"loss": ce, "aux_loss": aux, "grad_norm": optax.tree.norm(grads),
                "lr": schedule(state["step"]), "stop": jnp.max(batch["stop"])}
     return new_state, metrics
 
