@@ -1,0 +1,63 @@
+"""The real `tpujob-train` entry point: a pulse run, bad config, NaN loss, topology mismatch."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.trainer.helpers import TINY_YAML, run_cli
+
+pytestmark = pytest.mark.integration
+
+FAST = ["metrics.measure_peak=false", "metrics.port=null"]
+
+
+def test_pulse_trains_a_few_steps_and_reports(tmp_path):
+    run = run_cli(["--config", str(TINY_YAML), "train.steps=3", "checkpoint.every=2",
+                   f"output={tmp_path}/out", *FAST], tmp_path)
+    assert run.returncode == 0, run.stderr
+    steps = run.steps
+    assert [s["step"] for s in steps] == [1, 2, 3]
+    for s in steps:
+        for key in ("loss", "grad_norm", "lr", "step_time_s", "tokens_per_s_per_device",
+                    "tflops_per_device", "mfu"):
+            assert key in s
+        assert s["step_time_s"] > 0 and s["tokens_per_s_per_device"] > 0
+    assert {m["phase"] for m in run.of("memory")} >= {"after_init", "after_compile"}
+    assert run.of("end")[0]["reason"] == "Completed"
+    assert run.termination == {"reason": "Completed", "message": "trained 3 steps"}
+    assert (tmp_path / "out" / "checkpoints" / "3").exists()
+
+
+def test_bad_config_exits_with_the_field_named(tmp_path):
+    run = run_cli(["--config", str(TINY_YAML), "train.stepz=3", "optimizer.lr=-1"], tmp_path)
+    assert run.returncode == 3
+    assert run.termination["reason"] == "ConfigError"
+    assert "train.stepz: unknown key" in run.termination["message"]
+    assert "optimizer.lr" in run.termination["message"]
+
+
+def test_nan_loss_stops_the_run_without_checkpointing_it(tmp_path):
+    run = run_cli(["--config", str(TINY_YAML), "train.steps=6", "checkpoint.every=2",
+                   "optimizer.lr=1e30", "optimizer.clip_norm=null", "optimizer.warmup_steps=0",
+                   f"output={tmp_path}/out", *FAST], tmp_path)
+    assert run.returncode == 6
+    assert run.termination["reason"] == "NaNLoss"
+    assert not (tmp_path / "out" / "checkpoints" / "2").exists()
+
+
+def test_fewer_devices_than_expected_fails_fast(tmp_path):
+    run = run_cli(["--config", str(TINY_YAML), *FAST], tmp_path,
+                  env={"TPUJOB_CPU_DEVICES": "4", "TPUJOB_EXPECTED_DEVICES": "8"})
+    assert run.returncode == 7
+    assert run.termination["reason"] == "MeshMismatch"
+    assert "only worker 0 started" in run.termination["message"]
+
+
+def test_missing_peer_process_fails_with_mesh_mismatch(tmp_path):
+    run = run_cli(["--config", str(TINY_YAML), *FAST], tmp_path, timeout=60,
+                  env={"TPUJOB_CPU_DEVICES": "2", "TPUJOB_PROCESS_COUNT": "2",
+                       "TPUJOB_PROCESS_ID": "0", "TPUJOB_COORDINATOR_ADDRESS": "127.0.0.1:23611",
+                       "TPUJOB_INIT_TIMEOUT_S": "3"})
+    assert run.returncode == 7
+    assert run.termination["reason"] == "MeshMismatch"
+    assert "could not join" in run.termination["message"]
