@@ -35,7 +35,8 @@ def test_kopf_operator_handles_create_and_patches_status(kube: Kube, widgets: st
     def login(**_):
         return _connection_info(kube)
 
-    @kopf.on.create(GROUP, "v1", "widgets", registry=registry)
+    # Only widgets of this test: the namespace holds other tests' widgets too.
+    @kopf.on.create(GROUP, "v1", "widgets", labels={"contract-test": "kopf"}, registry=registry)
     def created(body, name, spec, patch, **_):
         handled.append(name)
         patch.status["phase"] = f"Seen-{spec['replicas']}"
@@ -48,7 +49,9 @@ def test_kopf_operator_handles_create_and_patches_status(kube: Kube, widgets: st
     name = unique_name("kopf")
     with KopfRunner(["run", "--standalone", f"--namespace={kube.namespace}"],
                     registry=registry, settings=settings, timeout=30) as runner:
-        created_response = kube.request("POST", widgets, json=widget(name, replicas=2))
+        body = widget(name, replicas=2)
+        body["metadata"]["labels"] = {"contract-test": "kopf"}
+        created_response = kube.request("POST", widgets, json=body)
         assert created_response.status_code == 201
         phase = wait_for(lambda: (kube.get(f"{widgets}/{name}").json().get("status") or {})
                          .get("phase"), timeout=30, message="kopf to patch the status")
