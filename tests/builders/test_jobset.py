@@ -9,7 +9,7 @@ import yaml
 from tests.api.k8s_schema import schema_errors, strict_schema
 from tpujob.api.resource import load_job
 from tpujob.builders.jobset import build_children, build_jobset
-from tpujob.builders.wiring import CONTAINER_INDEX, CONTAINERS_PER_HOST, HOSTS_PER_SLICE
+from tpujob_trainer.env import CONTAINER_INDEX, CONTAINERS_PER_HOST, HOSTS_PER_SLICE
 from tpujob_plan.slice_plan import plan_slice
 
 pytestmark = pytest.mark.unit
@@ -190,3 +190,30 @@ def test_built_jobsets_validate_against_the_jobset_crd(jobset_schema, slice_name
     js = _build(slice_name, slices, wandb={"project": "p", "mode": "offline"},
                 scheduling={"queueName": "q"}, resources={"requests": {"memory": "100Gi"}})
     assert schema_errors(jobset_schema, js) == []
+
+
+@pytest.mark.parametrize("slice_name, slices", [("tpu7x-64", 1), ("v6e-16", 2), ("v5p-128", 1)])
+def test_every_process_gets_a_distinct_id_from_the_pod_env(slice_name, slices):
+    """Resolve the downward-API fields as Kubernetes would for every pod and container, then
+    parse the env as the trainer does: ids are exactly 0 .. processes-1."""
+    from tpujob_trainer.env import ProcessEnv
+
+    plan = plan_slice(slice_name, slices=slices)
+    js = _build(slice_name, slices)
+    containers = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"][
+        "containers"]
+    ids = []
+    for slice_index in range(slices):
+        for host in range(plan.hosts):
+            fields = {"metadata.labels['jobset.sigs.k8s.io/job-index']": str(slice_index),
+                      "metadata.annotations['batch.kubernetes.io/job-completion-index']":
+                          str(host)}
+            for container in containers:
+                env = {}
+                for e in container["env"]:
+                    if "value" in e:
+                        env[e["name"]] = e["value"]
+                    elif "fieldRef" in e["valueFrom"]:
+                        env[e["name"]] = fields[e["valueFrom"]["fieldRef"]["fieldPath"]]
+                ids.append(ProcessEnv.from_env(env).process_id)
+    assert sorted(ids) == list(range(plan.processes))

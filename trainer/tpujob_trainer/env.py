@@ -3,7 +3,11 @@
 | variable                          | meaning                                                              |
 |-----------------------------------|----------------------------------------------------------------------|
 | TPUJOB_COORDINATOR_ADDRESS        | `host:port` of process 0's JAX coordinator (multi-process runs)      |
-| TPUJOB_PROCESS_ID                 | this process's index, 0 .. count-1                                   |
+| TPUJOB_PROCESS_ID                 | this process's index, 0 .. count-1 (or derived from the four below)  |
+| TPUJOB_HOST_INDEX                 | this pod's host index within its slice (the Indexed Job's index)     |
+| TPUJOB_HOSTS_PER_SLICE            | hosts (pods) per slice                                               |
+| TPUJOB_CONTAINER_INDEX            | this container's index on its host (tpu7x runs 2 per host)           |
+| TPUJOB_CONTAINERS_PER_HOST        | trainer containers per host                                          |
 | TPUJOB_PROCESS_COUNT              | JAX processes the job starts (all slices together)                   |
 | TPUJOB_EXPECTED_DEVICES           | global JAX device count the job expects (all processes)              |
 | TPUJOB_SLICE_ID                   | this process's slice, 0 .. slices-1 (multi-slice)                    |
@@ -27,6 +31,10 @@ PROCESS_ID = "TPUJOB_PROCESS_ID"
 PROCESS_COUNT = "TPUJOB_PROCESS_COUNT"
 EXPECTED_DEVICES = "TPUJOB_EXPECTED_DEVICES"
 SLICE_ID = "TPUJOB_SLICE_ID"
+HOST_INDEX = "TPUJOB_HOST_INDEX"
+HOSTS_PER_SLICE = "TPUJOB_HOSTS_PER_SLICE"
+CONTAINER_INDEX = "TPUJOB_CONTAINER_INDEX"
+CONTAINERS_PER_HOST = "TPUJOB_CONTAINERS_PER_HOST"
 NUM_SLICES = "TPUJOB_NUM_SLICES"
 INIT_TIMEOUT_S = "TPUJOB_INIT_TIMEOUT_S"
 CPU_DEVICES = "TPUJOB_CPU_DEVICES"
@@ -35,6 +43,7 @@ TERMINATION_LOG = "TPUJOB_TERMINATION_LOG"
 WANDB_API_KEY = "WANDB_API_KEY"
 
 ALL = (COORDINATOR_ADDRESS, PROCESS_ID, PROCESS_COUNT, EXPECTED_DEVICES, SLICE_ID, NUM_SLICES,
+       HOST_INDEX, HOSTS_PER_SLICE, CONTAINER_INDEX, CONTAINERS_PER_HOST,
        INIT_TIMEOUT_S, CPU_DEVICES, PEAK_TFLOPS_PER_DEVICE, TERMINATION_LOG)
 
 
@@ -96,7 +105,9 @@ class ProcessEnv:
     def from_env(cls, env: dict[str, str] | None = None) -> ProcessEnv:
         env = dict(os.environ if env is None else env)
         count = _int(env, PROCESS_COUNT, minimum=1) or 1
-        pid = _int(env, PROCESS_ID) or 0
+        pid = _int(env, PROCESS_ID)
+        if pid is None:
+            pid = _derived_process_id(env)
         if pid >= count:
             raise EnvError(f"{PROCESS_ID}={pid} must be < {PROCESS_COUNT}={count}")
         coord = _get(env, COORDINATOR_ADDRESS)
@@ -115,3 +126,18 @@ class ProcessEnv:
             cpu_devices=_int(env, CPU_DEVICES, minimum=1),
             peak_tflops_per_device=_float(env, PEAK_TFLOPS_PER_DEVICE),
             termination_log=_get(env, TERMINATION_LOG))
+
+
+def _derived_process_id(env: dict[str, str]) -> int:
+    """process_id = (slice * hosts per slice + host) * containers per host + container: the
+    operator cannot do arithmetic in a pod spec, so it passes the pieces (0 when absent)."""
+    host = _int(env, HOST_INDEX) or 0
+    hosts = _int(env, HOSTS_PER_SLICE, minimum=1) or 1
+    container = _int(env, CONTAINER_INDEX) or 0
+    containers = _int(env, CONTAINERS_PER_HOST, minimum=1) or 1
+    if host >= hosts:
+        raise EnvError(f"{HOST_INDEX}={host} must be < {HOSTS_PER_SLICE}={hosts}")
+    if container >= containers:
+        raise EnvError(f"{CONTAINER_INDEX}={container} must be < {CONTAINERS_PER_HOST}={containers}")
+    slice_id = _int(env, SLICE_ID) or 0
+    return (slice_id * hosts + host) * containers + container

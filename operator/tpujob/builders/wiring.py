@@ -19,11 +19,7 @@ from tpujob.builders.names import (
 )
 from tpujob_plan.slice_plan import SlicePlan
 from tpujob_trainer import env as trainer_env
-
-HOST_INDEX = "TPUJOB_HOST_INDEX"
-HOSTS_PER_SLICE = "TPUJOB_HOSTS_PER_SLICE"
-CONTAINER_INDEX = "TPUJOB_CONTAINER_INDEX"
-CONTAINERS_PER_HOST = "TPUJOB_CONTAINERS_PER_HOST"
+from tpujob_trainer.env import CONTAINER_INDEX, CONTAINERS_PER_HOST, HOST_INDEX, HOSTS_PER_SLICE
 
 
 def _value(name: str, value: object) -> dict:
