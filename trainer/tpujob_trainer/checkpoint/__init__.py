@@ -51,6 +51,12 @@ def _broadcast_int(value: int) -> int:
     return int(multihost_utils.broadcast_one_to_all(np.array(value, np.int64)))
 
 
+def _sync(name: str) -> None:
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        multihost_utils.sync_global_devices(name)
+
+
 def _non_global_leaves(tree) -> list[str]:
     bad = []
     for path, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
@@ -123,7 +129,7 @@ class Checkpointer:
         self._last_saved: int | None = None
         self.last_save_blocking_s: float | None = None
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=cfg.keep, save_interval_steps=1, create=cfg.enabled,
+            max_to_keep=cfg.keep, save_interval_steps=1 if cfg.enabled else 0, create=cfg.enabled,
             enable_async_checkpointing=cfg.async_save, read_only=not cfg.enabled)
         self._manager = ocp.CheckpointManager(
             self.directory, options=options, item_names=(STATE, DATA))
@@ -186,9 +192,7 @@ class Checkpointer:
                     log.warning("removing unusable checkpoint %s/%d (the resumed run from step "
                                 "%d will write it again)", self.directory, s, step)
                     self._dirs.remove(s)
-        if jax.process_count() > 1:
-            from jax.experimental import multihost_utils
-            multihost_utils.sync_global_devices("tpujob_checkpoint_drop_newer")
+        _sync("tpujob_checkpoint_drop_newer")
         self._manager.reload()
 
     # -- writing ---------------------------------------------------------------------------
@@ -229,13 +233,19 @@ class Checkpointer:
 
     def _clear_leftover(self, step: int) -> None:
         """A folder for `step` left by an interrupted save would collide with the new one."""
+        d = f"{self._dirs.root}/{step}"
+        exists = 0
         if jax.process_index() == 0:
-            d = f"{self._dirs.root}/{step}"
             self._dirs._refresh()
-            if self._dirs.fs.exists(d):
-                log.warning("removing incomplete checkpoint %s/%d before saving it again",
-                            self.directory, step)
-                self._dirs.remove(step)
+            exists = int(self._dirs.fs.exists(d))
+        if not _broadcast_int(exists):
+            return
+        if jax.process_index() == 0:
+            log.warning("removing incomplete checkpoint %s/%d before saving it again",
+                        self.directory, step)
+            self._dirs.remove(step)
+        _sync("tpujob_checkpoint_clear_leftover")
+        self._manager.reload()
 
     def wait(self) -> None:
         """Block until the pending save (if any) is complete on storage; free when none is."""
@@ -265,7 +275,8 @@ def restore_params(directory: str, abstract_params, *, step: int | None = None,
             raise CheckpointError(
                 f"checkpoint.init_params_from: no complete checkpoint in {directory}")
     manager = ocp.CheckpointManager(
-        directory, options=ocp.CheckpointManagerOptions(read_only=True), item_names=(STATE, DATA))
+        directory, options=ocp.CheckpointManagerOptions(read_only=True, create=False, save_interval_steps=0),
+        item_names=(STATE, DATA))
     target = {key: abstract_params}
     try:
         restored = manager.restore(step, args=ocp.args.Composite(**{STATE: ocp.args.PyTreeRestore(
