@@ -39,7 +39,7 @@ class MoEConfig(_Frozen):
 class ModelConfig(_Frozen):
     """A decoder-only LM: RMSNorm, RoPE, grouped-query attention, SwiGLU MLP, optional MoE."""
 
-    vocab_size: int = Field(256, ge=1, description="Vocabulary size (256 for the built-in byte tokenizer).")
+    vocab_size: int = Field(512, ge=1, description="Vocabulary size; at least 257 with the built-in byte tokenizer (256 bytes + EOS).")
     d_model: int = Field(256, ge=1, description="Embedding (model) width.")
     n_layers: int = Field(4, ge=1, description="Decoder layers.")
     n_heads: int = Field(4, ge=1, description="Query heads.")
