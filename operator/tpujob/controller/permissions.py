@@ -24,11 +24,12 @@ NAMESPACED: tuple[Rule, ...] = (
     Rule(GROUP, "tputrainingjobs", ("get", "list", "watch", "patch"),
          "watch jobs; kopf keeps its progress annotations on them"),
     Rule(GROUP, "tputrainingjobs/status", ("get", "patch"), "write status"),
-    Rule(JOBSET_GROUP, "jobsets", ("get", "list", "watch", "create", "patch"),
-         "create the JobSet, follow its status, suspend and resume it"),
+    Rule(JOBSET_GROUP, "jobsets", ("get", "list", "watch", "create", "patch", "delete"),
+         "create the JobSet, follow its status, suspend and resume it, re-create it after a "
+         "spec change made while suspended"),
     Rule("batch", "jobs", ("list", "delete"), "restart a stalled run (JobSet re-creates them)"),
     Rule("", "pods", ("list",), "termination messages, restarts and the process-0 metrics address"),
-    Rule("", "configmaps", ("get", "create"), "the trainer config"),
+    Rule("", "configmaps", ("get", "create", "patch"), "the trainer config"),
     Rule("", "events", ("create",), "Events on phase changes and refusals"),
 )
 
