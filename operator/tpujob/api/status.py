@@ -43,6 +43,7 @@ class ConditionType(StrEnum):
     SUSPENDED = "Suspended"
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
+    SPEC_APPLIED = "SpecApplied"
 
 
 class ConditionStatus(StrEnum):
@@ -59,10 +60,13 @@ class FailureReason(StrEnum):
     OUT_OF_MEMORY = "OutOfMemory"
     PREEMPTED = "Preempted"
     DATA_EXHAUSTED = "DataExhausted"
+    DATA_ERROR = "DataError"
     MESH_MISMATCH = "MeshMismatch"
     NAN_LOSS = "NaNLoss"
     STALLED = "Stalled"
     RESTART_LIMIT_EXCEEDED = "RestartLimitExceeded"
+    CONFLICT = "Conflict"
+    WORKLOAD_POLICY = "WorkloadPolicy"
     ERROR = "Error"
 
 
@@ -108,6 +112,8 @@ class Progress(ApiModel):
     last_checkpoint_step: int | None = Field(None, ge=0,
                                              description="Step of the newest saved checkpoint.")
     last_update_time: Timestamp | None = Field(None, description="When progress was last read.")
+    last_step_time: Timestamp | None = Field(
+        None, description="When step last changed (what stall detection measures from).")
 
 
 class Failure(ApiModel):
@@ -128,7 +134,12 @@ class TpuTrainingJobStatus(ApiModel):
         json_schema_extra={"x-kubernetes-list-type": "map", "x-kubernetes-list-map-keys": ["type"]},
         description="Current conditions, one per type.")
     slice: SliceStatus | None = Field(None, description="Hosts, chips and devices of the job.")
-    restarts: int = Field(0, ge=0, description="Times the run was restarted.")
+    restarts: int = Field(0, ge=0, description="Times the run was restarted (by the JobSet's "
+                                               "failure policy or after a stall).")
+    stall_restarts: int = Field(0, ge=0, description="Restarts the operator made after a stall "
+                                                     "(included in restarts).")
+    jobset_restarts: int = Field(0, ge=0, description="Restarts the JobSet reported when last "
+                                                      "observed.")
     progress: Progress | None = Field(None, description="Training progress.")
     failure: Failure | None = Field(None, description="Set when phase is Failed or Invalid.")
     start_time: Timestamp | None = Field(None, description="When the trainer first started.")
