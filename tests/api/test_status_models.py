@@ -67,7 +67,8 @@ def test_status_round_trips():
 
 def test_empty_status_defaults():
     assert TpuTrainingJobStatus().to_dict() == {"phase": "Pending", "conditions": [],
-                                                "restarts": 0}
+                                                "restarts": 0, "stallRestarts": 0,
+                                                "jobsetRestarts": 0}
 
 
 @pytest.mark.parametrize("phase, terminal", [
