@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
+import threading
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -61,3 +64,89 @@ def run_cli(args: list[str], tmp_path: Path, *, env: dict[str, str] | None = Non
                           cwd=tmp_path)
     termination = json.loads(term.read_text()) if term.exists() else None
     return Run(proc.returncode, parse_events(proc.stdout), proc.stdout, proc.stderr, termination)
+
+
+class LiveRun:
+    """A `tpujob-train` subprocess whose stdout JSON lines are read as they come, so a test can
+    act mid-run (query its HTTP endpoint, send a signal, kill it after a checkpoint)."""
+
+    def __init__(self, args: list[str], tmp_path: Path, *, env: dict[str, str] | None = None,
+                 name: str = "live"):
+        self.termination_path = tmp_path / f"termination-{name}.log"
+        self.events: list[dict] = []
+        self._cond = threading.Condition()
+        self.proc = subprocess.Popen(
+            cli_command(*args), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+            env=clean_env(TPUJOB_TERMINATION_LOG=str(self.termination_path), **(env or {})),
+            cwd=tmp_path)
+        self._stderr: list[str] = []
+        self._threads = [threading.Thread(target=self._read_stdout, daemon=True),
+                         threading.Thread(target=self._read_stderr, daemon=True)]
+        for t in self._threads:
+            t.start()
+
+    def _read_stdout(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith("{"):
+                with self._cond:
+                    self.events.append(json.loads(line))
+                    self._cond.notify_all()
+        with self._cond:
+            self._cond.notify_all()
+
+    def _read_stderr(self) -> None:
+        for line in self.proc.stderr:
+            self._stderr.append(line)
+
+    @property
+    def stderr(self) -> str:
+        return "".join(self._stderr)
+
+    def wait_for(self, predicate, timeout: float = 120) -> dict:
+        """The first event for which `predicate(event)` holds; fails on timeout or early exit."""
+        deadline = time.monotonic() + timeout
+        seen = 0
+        with self._cond:
+            while True:
+                for e in self.events[seen:]:
+                    if predicate(e):
+                        return e
+                seen = len(self.events)
+                if self.proc.poll() is not None and not self._threads[0].is_alive():
+                    raise AssertionError(f"trainer exited ({self.proc.returncode}) before the "
+                                         f"awaited event; stderr tail:\n{self.stderr[-3000:]}")
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise AssertionError(f"no awaited event within {timeout}s; last events: "
+                                         f"{self.events[-3:]}")
+                self._cond.wait(min(left, 0.5))
+
+    def finish(self, timeout: float = 120) -> Run:
+        """Wait for the exit (kill on timeout, then fail) and return what it left behind."""
+        try:
+            self.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(f"trainer did not exit within {timeout}s") from None
+        for t in self._threads:
+            t.join(timeout=10)
+        termination = (json.loads(self.termination_path.read_text())
+                       if self.termination_path.exists() else None)
+        return Run(self.proc.returncode, list(self.events), "", self.stderr, termination)
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=30)
+
+    def __enter__(self) -> LiveRun:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.kill()
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]

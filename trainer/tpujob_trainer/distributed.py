@@ -46,6 +46,7 @@ def initialize(penv: ProcessEnv) -> None:
         jax.distributed.initialize(
             coordinator_address=penv.coordinator_address, num_processes=penv.process_count,
             process_id=penv.process_id,
+            coordinator_bind_address=penv.coordinator_bind_address,
             initialization_timeout=penv.init_timeout_s + _JAX_TIMEOUT_MARGIN_S)
     except Exception as e:  # JAX raises several types; all mean "the job did not assemble"
         first = str(e).splitlines()[0] if str(e) else ""

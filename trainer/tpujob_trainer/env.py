@@ -16,6 +16,7 @@
 | TPUJOB_CPU_DEVICES                | CPU only: JAX devices per process (like --xla_force_host_platform_device_count) |
 | TPUJOB_PEAK_TFLOPS_PER_DEVICE     | peak TFLOP/s of one device, for MFU (default: the catalog, or measured on CPU) |
 | TPUJOB_TERMINATION_LOG            | file for the one-line JSON exit reason (default /dev/termination-log) |
+| TPUJOB_BIND_ADDRESS               | IP address this process listens on: its HTTP endpoint (/metrics, /progress) and, on process 0, the JAX coordinator service (on the port of TPUJOB_COORDINATOR_ADDRESS); default: all interfaces |
 | WANDB_API_KEY                     | Weights & Biases key (from a Kubernetes Secret); never in the config |
 
 Unset or empty variables mean "not given". A malformed value is a config error.
@@ -23,6 +24,7 @@ Unset or empty variables mean "not given". A malformed value is a config error.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 from dataclasses import dataclass
 
@@ -40,11 +42,12 @@ INIT_TIMEOUT_S = "TPUJOB_INIT_TIMEOUT_S"
 CPU_DEVICES = "TPUJOB_CPU_DEVICES"
 PEAK_TFLOPS_PER_DEVICE = "TPUJOB_PEAK_TFLOPS_PER_DEVICE"
 TERMINATION_LOG = "TPUJOB_TERMINATION_LOG"
+BIND_ADDRESS = "TPUJOB_BIND_ADDRESS"
 WANDB_API_KEY = "WANDB_API_KEY"
 
 ALL = (COORDINATOR_ADDRESS, PROCESS_ID, PROCESS_COUNT, EXPECTED_DEVICES, SLICE_ID, NUM_SLICES,
        HOST_INDEX, HOSTS_PER_SLICE, CONTAINER_INDEX, CONTAINERS_PER_HOST,
-       INIT_TIMEOUT_S, CPU_DEVICES, PEAK_TFLOPS_PER_DEVICE, TERMINATION_LOG)
+       INIT_TIMEOUT_S, CPU_DEVICES, PEAK_TFLOPS_PER_DEVICE, TERMINATION_LOG, BIND_ADDRESS)
 
 
 class EnvError(ValueError):
@@ -96,10 +99,20 @@ class ProcessEnv:
     cpu_devices: int | None = None
     peak_tflops_per_device: float | None = None
     termination_log: str | None = None
+    bind_address: str | None = None     # an IP address; None = all interfaces
 
     @property
     def is_multiprocess(self) -> bool:
         return self.process_count > 1
+
+    @property
+    def coordinator_bind_address(self) -> str | None:
+        """`ip:port` for process 0's coordinator service (None: JAX's default, all interfaces)."""
+        if self.bind_address is None or self.coordinator_address is None:
+            return None
+        port = self.coordinator_address.rsplit(":", 1)[1]
+        host = f"[{self.bind_address}]" if ":" in self.bind_address else self.bind_address
+        return f"{host}:{port}"
 
     @classmethod
     def from_env(cls, env: dict[str, str] | None = None) -> ProcessEnv:
@@ -125,7 +138,17 @@ class ProcessEnv:
             num_slices=slices, init_timeout_s=_int(env, INIT_TIMEOUT_S, minimum=1) or 300,
             cpu_devices=_int(env, CPU_DEVICES, minimum=1),
             peak_tflops_per_device=_float(env, PEAK_TFLOPS_PER_DEVICE),
-            termination_log=_get(env, TERMINATION_LOG))
+            termination_log=_get(env, TERMINATION_LOG), bind_address=_ip(env, BIND_ADDRESS))
+
+
+def _ip(env: dict[str, str], name: str) -> str | None:
+    v = _get(env, name)
+    if v is None:
+        return None
+    try:
+        return str(ipaddress.ip_address(v.strip("[]")))
+    except ValueError:
+        raise EnvError(f"{name}={v!r} is not an IP address (e.g. 127.0.0.2 or ::1)") from None
 
 
 def _derived_process_id(env: dict[str, str]) -> int:

@@ -143,8 +143,8 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog)
     progress = Progress(step=0, total_steps=cfg.train.steps)
     server = None
     if is_main and cfg.metrics.port is not None:
-        server = ProgressServer(progress, cfg.metrics.port)
-        log.emit("http", port=server.port)
+        server = ProgressServer(progress, cfg.metrics.port, host=penv.bind_address)
+        log.emit("http", host=server.host, port=server.port)
     wandb_run = None
     if is_main:
         wandb_run, why = WandbRun.start(cfg.metrics.wandb, config=cfg.model_dump(mode="json"),

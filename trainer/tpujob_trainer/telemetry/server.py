@@ -1,9 +1,14 @@
 """The HTTP endpoint the operator reads on process 0: `/metrics` (Prometheus text) and
-`/progress` (one JSON document: step, total, loss, speed, phase, last checkpoint)."""
+`/progress` (one JSON document: step, total, loss, speed, phase, last checkpoint).
+
+The `/progress` field names are a contract with the operator (docs/trainer.md): every field in
+PROGRESS_FIELDS is always present, null until known.
+"""
 
 from __future__ import annotations
 
 import json
+import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -27,12 +32,23 @@ GAUGES = {
 }
 
 
+PHASES = ("starting", "initializing", "compiling", "training", "done")
+
+PROGRESS_FIELDS = (
+    "phase", "step", "total_steps", "loss", "aux_loss", "grad_norm", "lr", "step_time_s",
+    "tokens_per_s", "tokens_per_s_per_device", "tflops_per_device", "mfu", "last_checkpoint_step",
+    "reason", "rss_bytes", "device_bytes_in_use", "device_peak_bytes", "device_bytes_limit",
+    "started_at", "updated_at",
+)
+
+
 class Progress:
     """Thread-safe latest figures; `update(**fields)` from the loop, read by the HTTP server."""
 
     def __init__(self, **initial: Any):
         self._lock = threading.Lock()
-        self._doc: dict[str, Any] = {"phase": "starting", "started_at": time.time(), **initial}
+        self._doc: dict[str, Any] = {**dict.fromkeys(PROGRESS_FIELDS), "phase": "starting",
+                                     "step": 0, "started_at": time.time(), **initial}
         self.registry = CollectorRegistry()
         self._gauges = {k: Gauge(name, doc, registry=self.registry) for k, (name, doc) in GAUGES.items()}
         self.update(**initial)
@@ -50,8 +66,18 @@ class Progress:
             return dict(self._doc)
 
 
+class _Server4(ThreadingHTTPServer):
+    daemon_threads = True
+
+
+class _Server6(_Server4):
+    address_family = socket.AF_INET6
+
+
 class ProgressServer:
-    def __init__(self, progress: Progress, port: int, host: str = "0.0.0.0"):
+    """Serves `progress` on `host:port`; host None = all (IPv4) interfaces, port 0 = any free."""
+
+    def __init__(self, progress: Progress, port: int, host: str | None = None):
         progress_ref = progress
 
         class Handler(BaseHTTPRequestHandler):
@@ -76,8 +102,9 @@ class ProgressServer:
             def log_message(self, *args):  # keep stdout for JSON lines
                 pass
 
-        self._httpd = ThreadingHTTPServer((host, port), Handler)
-        self._httpd.daemon_threads = True
+        host = host or "0.0.0.0"
+        self._httpd = (_Server6 if ":" in host else _Server4)((host, port), Handler)
+        self.host = host
         self.port = self._httpd.server_address[1]
         self._thread = threading.Thread(target=self._httpd.serve_forever, name="tpujob-metrics",
                                         daemon=True)
