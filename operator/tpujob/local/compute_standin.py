@@ -1,0 +1,501 @@
+"""A local stand-in for the part of the Compute Engine API (v1) the operator uses: regional
+resource policies (get, insert) and the regional operations inserts return (get, wait).
+
+It serves real HTTP on 127.0.0.1 (an ephemeral port by default) from a thread, keeps its state
+in memory, and answers in Compute Engine's shapes: resources with selfLink/status, Operations
+that are RUNNING until polled `operation_polls` times, and error bodies
+`{"error": {"code", "message", "errors": [{"reason", ...}]}}` with the reasons Compute Engine
+uses (notFound, alreadyExists, forbidden, invalid, rateLimitExceeded, ...). Inserts are checked
+like the real API does: unknown fields are refused, names must follow RFC 1035, and a repeated
+requestId returns the first insert's operation.
+
+Faults can be switched on to exercise a client: the next N requests failing with 503/429,
+a missing IAM permission (403), a failing operation, a quota, a disabled API.
+
+    with ComputeStandIn(operation_polls=2) as compute:
+        client = ComputeClient(compute.url)
+        ...
+        assert compute.count("insert") == 1
+
+Also runs on its own: `python -m tpujob.local.compute_standin --port 8089`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import re
+import threading
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+API_ROOT = "/compute/v1"
+PERMISSION_GET = "compute.resourcePolicies.get"
+PERMISSION_CREATE = "compute.resourcePolicies.create"
+PERMISSION_OPERATION = "compute.regionOperations.get"
+
+_REGION_PATH = r"/projects/(?P<project>[^/]+)/regions/(?P<region>[^/]+)"
+_ROUTES = [
+    ("POST", re.compile(rf"^{_REGION_PATH}/resourcePolicies$"), "insert"),
+    ("GET", re.compile(rf"^{_REGION_PATH}/resourcePolicies/(?P<name>[^/]+)$"), "get"),
+    ("GET", re.compile(rf"^{_REGION_PATH}/operations/(?P<operation>[^/]+)$"), "operation"),
+    ("POST", re.compile(rf"^{_REGION_PATH}/operations/(?P<operation>[^/]+)/wait$"), "wait"),
+]
+_PERMISSIONS = {"get": PERMISSION_GET, "insert": PERMISSION_CREATE,
+                "operation": PERMISSION_OPERATION, "wait": PERMISSION_OPERATION}
+_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
+_POLICY_FIELDS = {"name", "description", "region", "workloadPolicy", "groupPlacementPolicy",
+                  "snapshotSchedulePolicy", "instanceSchedulePolicy",
+                  "diskConsistencyGroupPolicy"}
+_POLICY_KINDS = _POLICY_FIELDS - {"name", "description", "region"}
+_WORKLOAD_FIELDS = {"type", "acceleratorTopology", "maxTopologyDistance",
+                    "acceleratorTopologyMode"}
+_WORKLOAD_TYPES = {"HIGH_AVAILABILITY", "HIGH_THROUGHPUT"}
+
+
+class _ApiError(Exception):
+    def __init__(self, status: int, message: str, reason: str,
+                 headers: dict[str, str] | None = None):
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.reason = reason
+        self.headers = headers or {}
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request the stand-in answered."""
+
+    method: str
+    path: str          # below /compute/v1, without the query
+    kind: str          # insert, get, operation, wait, or unknown
+    status: int
+    authorized: bool   # whether an Authorization header came with it
+
+
+@dataclass
+class _Operation:
+    body: dict
+    polls_left: int
+    key: tuple[str, str, str]                       # project, region, policy name
+    error: tuple[str, str, int] | None = None       # code, message, http status
+
+
+@dataclass
+class _Faults:
+    fail_next: list[tuple[int, float | None]] = field(default_factory=list)
+    denied: set[str] = field(default_factory=set)
+    failing_operations: list[tuple[str, str, int]] = field(default_factory=list)
+    api_disabled: bool = False
+    quota: int | None = None
+    token: str | None = None
+    get_barrier: threading.Barrier | None = None
+    gets_to_hold: int = 0
+
+
+class ComputeStandIn:
+    """Compute Engine resource policies and regional operations, in memory, over HTTP.
+
+    `operation_polls`: how many operation polls (get or wait) an insert's operation answers
+    RUNNING before it is DONE (0: inserts return DONE operations). `projects` / `regions`:
+    when given, others answer 404 as unknown projects and regions do.
+    """
+
+    def __init__(self, *, operation_polls: int = 1, projects: Iterable[str] | None = None,
+                 regions: Iterable[str] | None = None, host: str = "127.0.0.1", port: int = 0):
+        self.operation_polls = operation_polls
+        self.projects = set(projects) if projects is not None else None
+        self.regions = set(regions) if regions is not None else None
+        self._host, self._port = host, port
+        self._lock = threading.Lock()
+        self._policies: dict[tuple[str, str, str], dict] = {}
+        self._operations: dict[tuple[str, str, str], _Operation] = {}
+        self._request_ids: dict[str, tuple[str, str, str]] = {}
+        self._requests: list[RecordedRequest] = []
+        self._faults = _Faults()
+        self._ids = itertools.count(int(time.time()) * 1000)
+        self._server: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> ComputeStandIn:
+        handler = type("Handler", (_Handler,), {"standin": self})
+        self._server = ThreadingHTTPServer((self._host, self._port), handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever,
+                                        name="compute-standin", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        if self._server is not None:
+            self._server.shutdown()
+            self._server.server_close()
+            self._server = None
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+            self._thread = None
+
+    def __enter__(self) -> ComputeStandIn:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    @property
+    def url(self) -> str:
+        """Base URL to give a client in place of https://compute.googleapis.com/compute/v1."""
+        if self._server is None:
+            raise RuntimeError("the Compute stand-in is not started")
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}{API_ROOT}"
+
+    # --- inspection and seeding --------------------------------------------------------------
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def count(self, kind: str | None = None, *, status: int | None = None) -> int:
+        """Requests answered, optionally only of one kind (insert, get, operation, wait) and
+        with one status."""
+        return sum(1 for r in self.requests
+                   if (kind is None or r.kind == kind) and (status is None or r.status == status))
+
+    def policy(self, project: str, region: str, name: str) -> dict | None:
+        with self._lock:
+            found = self._policies.get((project, region, name))
+            return json.loads(json.dumps(found)) if found is not None else None
+
+    def policies(self) -> dict[tuple[str, str, str], dict]:
+        """Every policy, keyed by (project, region, name)."""
+        with self._lock:
+            return {k: json.loads(json.dumps(v)) for k, v in self._policies.items()}
+
+    def add_policy(self, project: str, region: str, body: dict, *,
+                   status: str = "READY") -> dict:
+        """Put a policy in place as if someone else (a node pool tool, a person) made it."""
+        with self._lock:
+            return self._store_policy(project, region, body, status)
+
+    # --- faults ------------------------------------------------------------------------------
+
+    def fail_next(self, n: int, status: int = 503, *, retry_after: float | None = None) -> None:
+        """Answer the next `n` requests with `status` (503, 429, 500, ...)."""
+        with self._lock:
+            self._faults.fail_next.extend([(status, retry_after)] * n)
+
+    def deny(self, *permissions: str) -> None:
+        """Answer 403 to requests that need one of these IAM permissions."""
+        with self._lock:
+            self._faults.denied.update(permissions)
+
+    def fail_next_operation(self, message: str, *, code: str = "INTERNAL_ERROR",
+                            http_status: int = 400) -> None:
+        """Make the next insert's operation end DONE with this error (nothing is created)."""
+        with self._lock:
+            self._faults.failing_operations.append((code, message, http_status))
+
+    def set_quota(self, limit: int | None) -> None:
+        """At most `limit` resource policies per region; more fail with QUOTA_EXCEEDED."""
+        with self._lock:
+            self._faults.quota = limit
+
+    def disable_api(self, disabled: bool = True) -> None:
+        """Answer every request as a project without the Compute Engine API enabled."""
+        with self._lock:
+            self._faults.api_disabled = disabled
+
+    def require_token(self, token: str | None) -> None:
+        """Answer 401 unless the request carries `Authorization: Bearer <token>`."""
+        with self._lock:
+            self._faults.token = token
+
+    def hold_gets(self, n: int, *, timeout_s: float = 5.0) -> None:
+        """Hold the next `n` policy GETs until all `n` have arrived, so that `n` concurrent
+        callers all see the policy missing before any of them creates it."""
+        with self._lock:
+            self._faults.gets_to_hold = n
+            self._faults.get_barrier = threading.Barrier(n, timeout=timeout_s)
+
+    def reset_faults(self) -> None:
+        with self._lock:
+            self._faults = _Faults()
+
+    # --- request handling --------------------------------------------------------------------
+
+    def handle(self, method: str, raw_path: str, headers: dict[str, str],
+               body: bytes) -> tuple[int, dict, dict[str, str]]:
+        """Answer one request: (status, JSON body, extra headers)."""
+        split = urlsplit(raw_path)
+        path = split.path[len(API_ROOT):] if split.path.startswith(API_ROOT) else split.path
+        query = parse_qs(split.query)
+        kind, params = "unknown", {}
+        for route_method, pattern, route_kind in _ROUTES:
+            m = pattern.match(path) if split.path.startswith(API_ROOT) else None
+            if m and route_method == method:
+                kind, params = route_kind, m.groupdict()
+                break
+        authorized = "authorization" in {k.lower() for k in headers}
+        try:
+            self._maybe_hold(kind)
+            status, payload = self._dispatch(method, path, kind, params, query, headers, body)
+            extra: dict[str, str] = {}
+        except _ApiError as e:
+            status, payload, extra = e.status, _error_body(e), e.headers
+        with self._lock:
+            self._requests.append(RecordedRequest(method, path, kind, status, authorized))
+        return status, payload, extra
+
+    def _maybe_hold(self, kind: str) -> None:
+        with self._lock:
+            barrier = self._faults.get_barrier if kind == "get" else None
+            if barrier is not None:
+                self._faults.gets_to_hold -= 1
+                if self._faults.gets_to_hold <= 0:
+                    self._faults.get_barrier = None
+        if barrier is not None:
+            barrier.wait()
+
+    def _dispatch(self, method: str, path: str, kind: str, params: dict, query: dict,
+                  headers: dict[str, str], body: bytes) -> tuple[int, dict]:
+        with self._lock:
+            faults = self._faults
+            if faults.fail_next:
+                status, retry_after = faults.fail_next.pop(0)
+                raise _injected(status, retry_after)
+            if faults.token is not None:
+                auth = {k.lower(): v for k, v in headers.items()}.get("authorization")
+                if auth != f"Bearer {faults.token}":
+                    raise _ApiError(401, "Request had invalid authentication credentials.",
+                                    "authError")
+            if faults.api_disabled:
+                raise _ApiError(403, "Compute Engine API has not been used in project "
+                                f"{params.get('project', '?')} before or it is disabled.",
+                                "accessNotConfigured")
+            if kind == "unknown":
+                raise _ApiError(404, f"No route for {method} {path}", "notFound")
+            project, region = params["project"], params["region"]
+            if self.projects is not None and project not in self.projects:
+                raise _ApiError(404, f"The resource 'projects/{project}' was not found",
+                                "notFound")
+            if self.regions is not None and region not in self.regions:
+                raise _ApiError(404, f"The resource 'projects/{project}/regions/{region}' was "
+                                "not found", "notFound")
+            permission = _PERMISSIONS[kind]
+            if permission in faults.denied:
+                target = (f"projects/{project}/regions/{region}/resourcePolicies/"
+                          f"{params.get('name') or _json_name(body)}"
+                          if kind in ("get", "insert") else
+                          f"projects/{project}/regions/{region}/operations/"
+                          f"{params.get('operation')}")
+                raise _ApiError(403, f"Required '{permission}' permission for '{target}'",
+                                "forbidden")
+            if kind == "get":
+                return 200, self._get_policy(project, region, params["name"])
+            if kind == "insert":
+                request_id = (query.get("requestId") or [None])[0]
+                return 200, self._insert(project, region, body, request_id)
+            return 200, self._poll(project, region, params["operation"])
+
+    def _get_policy(self, project: str, region: str, name: str) -> dict:
+        found = self._policies.get((project, region, name))
+        if found is None:
+            raise _ApiError(404, f"The resource 'projects/{project}/regions/{region}/"
+                            f"resourcePolicies/{name}' was not found", "notFound")
+        return found
+
+    def _insert(self, project: str, region: str, raw: bytes, request_id: str | None) -> dict:
+        if request_id and request_id in self._request_ids:
+            return self._operations[self._request_ids[request_id]].body
+        body = _parse_policy(raw)
+        key = (project, region, body["name"])
+        if key in self._policies:
+            raise _ApiError(409, f"The resource 'projects/{project}/regions/{region}/"
+                            f"resourcePolicies/{body['name']}' already exists", "alreadyExists")
+        error = None
+        in_region = sum(1 for p, r, _ in self._policies if (p, r) == (project, region))
+        if self._faults.failing_operations:
+            error = self._faults.failing_operations.pop(0)
+        elif self._faults.quota is not None and in_region >= self._faults.quota:
+            error = ("QUOTA_EXCEEDED", f"Quota 'RESOURCE_POLICIES' exceeded.  Limit: "
+                     f"{float(self._faults.quota)} in region {region}.", 403)
+        policy = self._store_policy(project, region, body, "CREATING")
+        name = f"operation-{next(self._ids)}-{uuid.uuid4().hex[:12]}"
+        op = {
+            "kind": "compute#operation", "id": str(next(self._ids)), "name": name,
+            "operationType": "insert", "targetLink": policy["selfLink"],
+            "targetId": policy["id"], "status": "RUNNING", "progress": 0,
+            "insertTime": _now(), "startTime": _now(), "user": "stand-in",
+            "region": self._link(project, region),
+            "selfLink": f"{self._link(project, region)}/operations/{name}",
+        }
+        operation = _Operation(op, self.operation_polls, key, error)
+        self._operations[(project, region, name)] = operation
+        if request_id:
+            self._request_ids[request_id] = (project, region, name)
+        if operation.polls_left <= 0:
+            self._finish(operation)
+        return op
+
+    def _poll(self, project: str, region: str, name: str) -> dict:
+        operation = self._operations.get((project, region, name))
+        if operation is None:
+            raise _ApiError(404, f"The resource 'projects/{project}/regions/{region}/"
+                            f"operations/{name}' was not found", "notFound")
+        if operation.body["status"] != "DONE":
+            operation.polls_left -= 1
+            if operation.polls_left <= 0:
+                self._finish(operation)
+        return operation.body
+
+    def _finish(self, operation: _Operation) -> None:
+        body = operation.body
+        body.update(status="DONE", progress=100, endTime=_now())
+        if operation.error is None:
+            self._policies[operation.key]["status"] = "READY"
+            return
+        code, message, http_status = operation.error
+        self._policies.pop(operation.key, None)
+        body["error"] = {"errors": [{"code": code, "message": message}]}
+        body["httpErrorStatusCode"] = http_status
+        body["httpErrorMessage"] = {400: "BAD REQUEST", 403: "FORBIDDEN",
+                                    409: "CONFLICT"}.get(http_status, "ERROR")
+
+    def _store_policy(self, project: str, region: str, body: dict, status: str) -> dict:
+        name = body["name"]
+        policy = {
+            "kind": "compute#resourcePolicy", "id": str(next(self._ids)),
+            "creationTimestamp": _now(), **json.loads(json.dumps(body)),
+            "region": self._link(project, region),
+            "selfLink": f"{self._link(project, region)}/resourcePolicies/{name}",
+            "status": status,
+        }
+        self._policies[(project, region, name)] = policy
+        return policy
+
+    def _link(self, project: str, region: str) -> str:
+        base = self.url if self._server is not None else f"http://standin{API_ROOT}"
+        return f"{base}/projects/{project}/regions/{region}"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    standin: ComputeStandIn
+    server_version = "ComputeStandIn"
+
+    def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
+        self._answer("GET")
+
+    def do_POST(self) -> None:  # noqa: N802
+        self._answer("POST")
+
+    def _answer(self, method: str) -> None:
+        length = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(length) if length else b""
+        status, payload, extra = self.standin.handle(method, self.path, dict(self.headers),
+                                                     body)
+        data = json.dumps(payload).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json; charset=UTF-8")
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in extra.items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(data)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass  # the recorded requests are the log
+
+
+def _parse_policy(raw: bytes) -> dict:
+    try:
+        body = json.loads(raw or b"null")
+    except ValueError:
+        raise _ApiError(400, "Invalid JSON payload received.", "parseError") from None
+    if not isinstance(body, dict):
+        raise _ApiError(400, "Invalid JSON payload received. Expected an object.", "parseError")
+    unknown = sorted(set(body) - _POLICY_FIELDS)
+    if unknown:
+        raise _ApiError(400, f"Invalid JSON payload received. Unknown name \"{unknown[0]}\" at "
+                        "'resource': Cannot find field.", "invalid")
+    name = body.get("name")
+    if not isinstance(name, str) or not _NAME.match(name):
+        raise _ApiError(400, f"Invalid value for field 'resource.name': {name!r}. Must be a "
+                        "match of regex '(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'", "invalid")
+    kinds = [k for k in _POLICY_KINDS if body.get(k) is not None]
+    if len(kinds) != 1:
+        raise _ApiError(400, "Exactly one resource policy type must be specified.", "invalid")
+    workload = body.get("workloadPolicy")
+    if workload is not None:
+        unknown = sorted(set(workload) - _WORKLOAD_FIELDS)
+        if unknown:
+            raise _ApiError(400, f"Invalid JSON payload received. Unknown name "
+                            f"\"{unknown[0]}\" at 'resource.workload_policy': Cannot find "
+                            "field.", "invalid")
+        if workload.get("type") not in _WORKLOAD_TYPES:
+            raise _ApiError(400, "Invalid value for field 'resource.workloadPolicy.type': "
+                            f"{workload.get('type')!r}.", "invalid")
+        topo, distance = workload.get("acceleratorTopology"), workload.get("maxTopologyDistance")
+        if (topo or distance) and workload["type"] != "HIGH_THROUGHPUT":
+            raise _ApiError(400, "acceleratorTopology and maxTopologyDistance can only be set "
+                            "for HIGH_THROUGHPUT workload policies.", "invalid")
+        if topo and distance:
+            raise _ApiError(400, "acceleratorTopology and maxTopologyDistance cannot both be "
+                            "set.", "invalid")
+    return body
+
+
+def _injected(status: int, retry_after: float | None) -> _ApiError:
+    reason, message = {
+        429: ("rateLimitExceeded", "Rate Limit Exceeded"),
+        500: ("backendError", "Internal error. Please try again."),
+        503: ("backendError", "The service is currently unavailable."),
+    }.get(status, ("backendError", f"Injected failure {status}"))
+    headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
+    return _ApiError(status, message, reason, headers)
+
+
+def _error_body(e: _ApiError) -> dict:
+    return {"error": {"code": e.status, "message": e.message,
+                      "errors": [{"message": e.message, "domain": "global",
+                                  "reason": e.reason}]}}
+
+
+def _json_name(raw: bytes) -> str:
+    try:
+        body = json.loads(raw or b"null")
+    except ValueError:
+        return ""
+    return str(body.get("name", "")) if isinstance(body, dict) else ""
+
+
+def _now() -> str:
+    return datetime.now(UTC).isoformat(timespec="milliseconds")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--port", type=int, default=0, help="port on 127.0.0.1 (0: any free)")
+    parser.add_argument("--operation-polls", type=int, default=1)
+    args = parser.parse_args(argv)
+    with ComputeStandIn(operation_polls=args.operation_polls, port=args.port) as standin:
+        print(standin.url, flush=True)
+        try:
+            threading.Event().wait()
+        except KeyboardInterrupt:
+            pass
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
