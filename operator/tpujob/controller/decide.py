@@ -1,0 +1,336 @@
+"""The operator's decision for one job: from the previous status and what was just observed, the
+new status, the Events to emit and the actions to take. Pure, so every phase transition is a
+table row in a test; `reconcile` only gathers the observation and carries the decision out.
+
+Phases: Invalid (refused before anything is created), Pending (nothing running yet), Queued
+(suspended until Kueue admits it), Starting (JobSet created, not every host running),
+Running, Restarting (after a restart, until every host runs again), Suspended, and the terminal
+Succeeded and Failed. Terminal phases stay: a finished job never runs again.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from enum import StrEnum
+
+from tpujob.api.spec import StallAction, TpuTrainingJobSpec
+from tpujob.api.status import (
+    Condition,
+    ConditionStatus,
+    ConditionType,
+    Failure,
+    FailureReason,
+    Phase,
+    Progress,
+    SliceStatus,
+    TpuTrainingJobStatus,
+    build_conditions,
+    find_condition,
+)
+from tpujob.controller.observe import JobSetState, ProgressReading
+from tpujob.validation import Verdict
+
+RETRYABLE = {FailureReason.PREEMPTED, FailureReason.ERROR}
+WARNING_PHASES = {Phase.FAILED, Phase.INVALID, Phase.RESTARTING}
+
+
+class Action(StrEnum):
+    """What the reconciler must do, in this order, before writing the status."""
+
+    CREATE_CHILDREN = "CreateChildren"    # the ConfigMap and the JobSet
+    SUSPEND = "Suspend"                   # set the JobSet's spec.suspend
+    RESUME = "Resume"                     # clear it
+    RESTART = "Restart"                   # delete the JobSet's Jobs: every host starts again
+    RECREATE = "Recreate"                 # delete the JobSet; it is created anew from the spec
+    STOP = "Stop"                         # suspend for good: the job failed
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str      # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Observation:
+    """Everything the decision looks at, gathered by the reconciler."""
+
+    now: datetime
+    generation: int
+    verdict: Verdict
+    jobset: JobSetState
+    spec_matches: bool = True           # the JobSet's spec is what the job's spec builds
+    changed_fields: tuple[str, ...] = ()
+    failure: tuple[FailureReason, str] | None = None   # from the pods, when read
+    progress: ProgressReading | None = None            # None: not read or not served
+    blocked: tuple[FailureReason, str] | None = None   # children cannot be created (yet)
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: TpuTrainingJobStatus
+    events: list[Event] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+
+
+def _condition(type_: ConditionType, status: bool, reason: str, message: str, now: datetime,
+               generation: int) -> Condition:
+    return Condition(type=type_.value,
+                     status=ConditionStatus.TRUE if status else ConditionStatus.FALSE,
+                     reason=reason, message=message, last_transition_time=now,
+                     observed_generation=generation)
+
+
+class _Fields:
+    """A mutable stand-in for the (frozen) status model while it is decided."""
+
+    def __init__(self, prev: TpuTrainingJobStatus):
+        object.__setattr__(self, "_values", {k: getattr(prev, k)
+                                             for k in TpuTrainingJobStatus.model_fields})
+
+    def __getattr__(self, name: str):
+        return self._values[name]
+
+    def __setattr__(self, name: str, value) -> None:
+        if name not in self._values:
+            raise AttributeError(name)
+        self._values[name] = value
+
+    def build(self) -> TpuTrainingJobStatus:
+        return TpuTrainingJobStatus.model_validate(self._values)
+
+
+class _Builder:
+    """The status being decided, with the conditions and events that go with it."""
+
+    def __init__(self, prev: TpuTrainingJobStatus, obs: Observation):
+        self.prev = prev
+        self.obs = obs
+        self.status = _Fields(prev)
+        self.status.observed_generation = obs.generation
+        self.events: list[Event] = []
+        self.actions: list[Action] = []
+
+    def set(self, type_: ConditionType, status: bool, reason: str, message: str = "") -> None:
+        self.status.conditions = build_conditions(
+            self.status.conditions,
+            _condition(type_, status, reason, message, self.obs.now, self.obs.generation))
+
+    def clear_if_present(self, type_: ConditionType, reason: str, message: str = "") -> None:
+        if find_condition(self.status.conditions, type_.value) is not None:
+            self.set(type_, False, reason, message)
+
+    def event(self, type_: str, reason: str, message: str) -> None:
+        self.events.append(Event(type_, reason, message))
+
+    def decision(self) -> Decision:
+        return Decision(self.status.build(), self.events, self.actions)
+
+    def finish(self, phase: Phase, message: str = "") -> Decision:
+        status = self.status
+        status.phase = phase
+        if phase.is_terminal and status.completion_time is None:
+            status.completion_time = self.obs.now
+        running = phase == Phase.RUNNING
+        self.set(ConditionType.RUNNING, running, phase.value,
+                 message if not running else "every host is running")
+        if phase == Phase.SUSPENDED:
+            self.set(ConditionType.SUSPENDED, True, "Suspended", message)
+        else:
+            self.clear_if_present(ConditionType.SUSPENDED, phase.value)
+        if phase != self.prev.phase:
+            kind = "Warning" if phase in WARNING_PHASES else "Normal"
+            self.event(kind, phase.value, message or f"phase {phase.value}")
+        return self.decision()
+
+
+def _slice_status(verdict: Verdict) -> SliceStatus | None:
+    plan = verdict.plan
+    if plan is None:
+        return None
+    return SliceStatus(topology=plan.slice_type.topology, machine_type=plan.machine_type.name,
+                       hosts=plan.hosts * plan.slices, chips=plan.slice_type.chips * plan.slices,
+                       devices=plan.devices,
+                       processes=plan.processes)
+
+
+def _progress(prev: Progress | None, reading: ProgressReading | None, now: datetime
+              ) -> Progress | None:
+    if reading is None:
+        return prev
+    # The first reading of an attempt only sets the mark; a step is counted when it changes.
+    moved = prev is not None and prev.step != reading.step and reading.training
+    return Progress(step=reading.step, total_steps=reading.total_steps, loss=reading.loss,
+                    step_time_seconds=reading.step_time_s,
+                    tokens_per_second_per_device=reading.tokens_per_s_per_device,
+                    tflops_per_device=reading.tflops_per_device, mfu=reading.mfu,
+                    last_checkpoint_step=reading.last_checkpoint_step, last_update_time=now,
+                    last_step_time=now if moved else (prev.last_step_time if prev else None))
+
+
+def stall_deadline(spec: TpuTrainingJobSpec, running_since: datetime,
+                   progress: Progress | None) -> datetime | None:
+    """When the current attempt counts as stalled: the first-step allowance from the moment
+    every host runs, then stallTimeoutSeconds from the last step change; None when off."""
+    last_step = progress.last_step_time if progress else None
+    if last_step is None or last_step < running_since:
+        if spec.first_step_timeout_seconds <= 0:
+            return None
+        return running_since + timedelta(seconds=spec.first_step_timeout_seconds)
+    if spec.stall_timeout_seconds <= 0:
+        return None
+    return last_step + timedelta(seconds=spec.stall_timeout_seconds)
+
+
+def _fail(b: _Builder, reason: FailureReason, message: str) -> Decision:
+    b.status.failure = Failure(reason=reason, message=message)
+    b.set(ConditionType.FAILED, True, reason.value, message)
+    return b.finish(Phase.FAILED, message)
+
+
+def decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
+    """The next status, Events and actions for a job (see the module docstring for phases)."""
+    if prev.phase in (Phase.SUCCEEDED, Phase.FAILED):
+        return Decision(prev)  # terminal: nothing changes, nothing is done
+    b = _Builder(prev, obs)
+    verdict, js = obs.verdict, obs.jobset
+    if not verdict.valid and not js.exists:
+        b.status.failure = Failure(reason=FailureReason.INVALID_SPEC, message=verdict.message)
+        b.set(ConditionType.VALID, False, verdict.reason, verdict.message)
+        return b.finish(Phase.INVALID, verdict.message)
+    if prev.phase == Phase.INVALID:  # fixed by an update: start over
+        b.status.failure = None
+        b.status.completion_time = None
+    spec = verdict.job.spec if verdict.job is not None else None
+    if verdict.valid:
+        b.set(ConditionType.VALID, True, "Valid", "slice, mesh, trainer config and memory "
+                                                  "checked")
+        b.status.slice = _slice_status(verdict)
+    if obs.blocked is not None and not js.exists:
+        reason, message = obs.blocked
+        if find_condition(prev.conditions, ConditionType.RUNNING.value) is None or \
+                (find_condition(prev.conditions, ConditionType.RUNNING.value).reason
+                 != reason.value):
+            b.event("Warning", reason.value, message)
+        b.set(ConditionType.RUNNING, False, reason.value, message)
+        b.status.phase = Phase.PENDING
+        return b.decision()
+    if not js.exists:
+        b.actions.append(Action.CREATE_CHILDREN)
+        b.event("Normal", "Created", "created the JobSet for "
+                f"{b.status.slice.hosts if b.status.slice else '?'} hosts")
+        if spec.suspend:
+            return b.finish(Phase.SUSPENDED, "created suspended (spec.suspend)")
+        if spec.scheduling.queue_name:
+            return b.finish(Phase.QUEUED, f"waiting for Kueue queue "
+                                          f"{spec.scheduling.queue_name} to admit it")
+        return b.finish(Phase.STARTING, "waiting for every host to start")
+    if js.deleting:
+        return b.finish(Phase.PENDING, "the previous JobSet is being deleted")
+    # The restart count survives a JobSet re-created after a spec change.
+    baseline = prev.jobset_restarts if js.restarts >= prev.jobset_restarts else 0
+    b.status.restarts = prev.restarts + (js.restarts - baseline)
+    b.status.jobset_restarts = js.restarts
+    b.status.progress = _progress(prev.progress, obs.progress, obs.now)
+    if b.status.restarts > prev.restarts and not js.failed:
+        cause = f": {obs.failure[1]}" if obs.failure else ""
+        b.event("Warning", "Restarted", f"restart {b.status.restarts} of "
+                f"{spec.restart_policy.max_restarts if spec else '?'}{cause}")
+    if not verdict.valid:
+        b.set(ConditionType.SPEC_APPLIED, False, verdict.reason,
+              f"the updated spec is not valid and was not applied: {verdict.message}")
+    elif not obs.spec_matches:
+        if js.suspended and (spec.suspend or spec.scheduling.queue_name):
+            b.actions.append(Action.RECREATE)
+            b.event("Normal", "Updating", "applying the changed spec: re-creating the JobSet")
+            return b.finish(Phase.PENDING, "re-creating the JobSet from the changed spec")
+        message = (f"{', '.join(obs.changed_fields) or 'spec'} changed while the job runs and "
+                   "was not applied; set spec.suspend to true to apply it (the run resumes "
+                   "from its checkpoint), or delete and re-create the job")
+        if (find_condition(prev.conditions, ConditionType.SPEC_APPLIED.value) or
+                Condition.model_construct(status=ConditionStatus.TRUE)).status \
+                != ConditionStatus.FALSE:
+            b.event("Warning", "UpdateRefused", message)
+        b.set(ConditionType.SPEC_APPLIED, False, "UpdateRefused", message)
+    else:
+        b.clear_if_present(ConditionType.SPEC_APPLIED, "Applied")
+        if find_condition(b.status.conditions, ConditionType.SPEC_APPLIED.value) is not None:
+            b.set(ConditionType.SPEC_APPLIED, True, "Applied", "")
+    if js.completed:
+        b.set(ConditionType.SUCCEEDED, True, "Completed", js.message or "every host finished")
+        return b.finish(Phase.SUCCEEDED, "training finished")
+    if js.failed:
+        reason, message = obs.failure or (FailureReason.ERROR, js.message or "the JobSet failed")
+        max_restarts = spec.restart_policy.max_restarts if spec else 0
+        if reason in RETRYABLE and js.restarts >= max_restarts:
+            message = f"restarted {b.status.restarts} times (restartPolicy.maxRestarts " \
+                      f"{max_restarts}); last failure: {message}"
+            reason = FailureReason.RESTART_LIMIT_EXCEEDED
+        return _fail(b, reason, message)
+    if spec.suspend:
+        if not js.suspended:
+            b.actions.append(Action.SUSPEND)
+        return b.finish(Phase.SUSPENDED, "suspended (spec.suspend); pods are deleted, "
+                                          "checkpoints stay")
+    if js.suspended:
+        if js.queue_name:
+            return b.finish(Phase.QUEUED, f"waiting for Kueue queue {js.queue_name} to admit it")
+        b.actions.append(Action.RESUME)
+        return b.finish(Phase.RESTARTING if b.status.restarts else Phase.STARTING, "resuming")
+    if not js.all_ready:
+        phase = Phase.RESTARTING if b.status.restarts else Phase.STARTING
+        return b.finish(phase, f"{js.ready_jobs} of {js.jobs} slices have every host running")
+    return _supervise(b, spec)
+
+
+def _supervise(b: _Builder, spec: TpuTrainingJobSpec) -> Decision:
+    """Every host runs: watch for a stall."""
+    obs = b.obs
+    if b.status.start_time is None:
+        b.status.start_time = obs.now
+    running = find_condition(b.prev.conditions, ConditionType.RUNNING.value)
+    running_since = (running.last_transition_time
+                     if running is not None and running.status == ConditionStatus.TRUE
+                     else obs.now)
+    watched = not spec.is_custom_trainer or b.status.progress is not None
+    deadline = stall_deadline(spec, running_since, b.status.progress) if watched else None
+    if deadline is None or obs.now <= deadline:
+        b.clear_if_present(ConditionType.STALLED, "Progressing")
+        return b.finish(Phase.RUNNING)
+    step = b.status.progress.step if b.status.progress else None
+    message = (f"no training step completed since {deadline:%Y-%m-%dT%H:%M:%SZ} "
+               f"(last step {step if step is not None else 'none'}; "
+               f"stallTimeoutSeconds {spec.stall_timeout_seconds}, firstStepTimeoutSeconds "
+               f"{spec.first_step_timeout_seconds})")
+    already = find_condition(b.prev.conditions, ConditionType.STALLED.value)
+    b.set(ConditionType.STALLED, True, "Stalled", message)
+    action = spec.restart_policy.on_stall
+    if action == StallAction.IGNORE:
+        if already is None or already.status != ConditionStatus.TRUE:
+            b.event("Warning", "Stalled", message + "; restartPolicy.onStall is Ignore")
+        return b.finish(Phase.RUNNING)
+    if action == StallAction.FAIL or b.status.restarts >= spec.restart_policy.max_restarts:
+        b.actions.append(Action.STOP)
+        if action == StallAction.RESTART:
+            message += f"; restart limit {spec.restart_policy.max_restarts} reached"
+        b.event("Warning", "Stalled", message + "; stopping the run")
+        return _fail(b, FailureReason.STALLED, message)
+    b.actions.append(Action.RESTART)
+    b.status.stall_restarts += 1
+    b.status.restarts += 1
+    # The next attempt gets the first-step allowance again.
+    if b.status.progress is not None:
+        b.status.progress = replace_progress(b.status.progress)
+    b.event("Warning", "Stalled", message + "; restarting every host")
+    return b.finish(Phase.RESTARTING, "restarting after a stall")
+
+
+def replace_progress(progress: Progress) -> Progress:
+    """Progress with the step clock cleared, so a restarted run is judged from its own start."""
+    return progress.model_copy(update={"last_step_time": None})
+
+
+__all__ = ["Action", "Decision", "Event", "Observation", "decide", "replace_progress",
+           "stall_deadline"]

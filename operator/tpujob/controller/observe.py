@@ -1,0 +1,253 @@
+"""What the operator reads from the cluster, reduced to the facts its decisions need. Pure: API
+objects (dicts) in, small frozen views out.
+
+JobSet status fields follow JobSet v0.12: `restarts`, `conditions` (Completed, Failed,
+Suspended), `replicatedJobsStatus[].{ready,succeeded,failed,active,suspended}`. Pod fields are
+core v1: container `state.terminated.{exitCode,reason,message}`, the `DisruptionTarget` condition
+the cluster sets on preemption and eviction, and `state.waiting.reason` for pods that cannot start.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tpujob.api.status import FailureReason
+from tpujob.builders import names
+
+JOBSET_LABEL_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+# Waiting reasons that will not fix themselves: the pod can never start as written.
+STUCK_WAITING = {
+    "CreateContainerConfigError": FailureReason.CONFIG_ERROR,
+    "InvalidImageName": FailureReason.CONFIG_ERROR,
+    "ErrImagePull": FailureReason.CONFIG_ERROR,
+    "ImagePullBackOff": FailureReason.CONFIG_ERROR,
+}
+# The trainer's termination-message reasons (tpujob_trainer.exits.Reason) as status reasons.
+TRAINER_REASONS = {
+    "ConfigError": FailureReason.CONFIG_ERROR,
+    "OutOfMemory": FailureReason.OUT_OF_MEMORY,
+    "DataError": FailureReason.DATA_ERROR,
+    "DataExhausted": FailureReason.DATA_EXHAUSTED,
+    "NaNLoss": FailureReason.NAN_LOSS,
+    "MeshMismatch": FailureReason.MESH_MISMATCH,
+    "Preempted": FailureReason.PREEMPTED,
+    "PeerLost": FailureReason.PREEMPTED,
+    "InternalError": FailureReason.ERROR,
+}
+# Less specific causes rank lower: a host that died of OOM explains its peers' lost-peer exits.
+_RANK = {FailureReason.PREEMPTED: 1, FailureReason.ERROR: 2}
+SIGNAL_BASE = 128
+
+
+def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    return {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
+
+
+def _is_true(cond: dict[str, Any] | None) -> bool:
+    return bool(cond) and cond.get("status") == "True"
+
+
+@dataclass(frozen=True)
+class JobSetState:
+    """The JobSet as the decision needs it; `exists` False when there is none."""
+
+    exists: bool
+    uid: str | None = None
+    owner_uid: str | None = None
+    suspended: bool = False
+    restarts: int = 0
+    completed: bool = False
+    failed: bool = False
+    message: str = ""
+    ready_jobs: int = 0
+    jobs: int = 0
+    queue_name: str | None = None
+    deleting: bool = False
+
+    @property
+    def all_ready(self) -> bool:
+        return self.jobs > 0 and self.ready_jobs >= self.jobs
+
+    @classmethod
+    def missing(cls) -> JobSetState:
+        return cls(exists=False)
+
+    @classmethod
+    def from_object(cls, obj: dict[str, Any] | None) -> JobSetState:
+        if not obj:
+            return cls.missing()
+        meta = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        status = obj.get("status") or {}
+        conds = _conditions(obj)
+        owner = next((r.get("uid") for r in meta.get("ownerReferences") or []
+                      if r.get("controller")), None)
+        replicas = sum(int(r.get("replicas", 1)) for r in spec.get("replicatedJobs") or [])
+        ready = sum(int(r.get("ready", 0)) for r in status.get("replicatedJobsStatus") or [])
+        failed = _is_true(conds.get("Failed"))
+        completed = _is_true(conds.get("Completed"))
+        message = ""
+        for kind in ("Failed", "Completed"):
+            if _is_true(conds.get(kind)):
+                message = conds[kind].get("message") or ""
+                break
+        return cls(exists=True, uid=meta.get("uid"), owner_uid=owner,
+                   suspended=bool(spec.get("suspend")), restarts=int(status.get("restarts", 0)),
+                   completed=completed, failed=failed, message=message, ready_jobs=ready,
+                   jobs=replicas, queue_name=(meta.get("labels") or {}).get(
+                       names.KUEUE_QUEUE_LABEL),
+                   deleting=bool(meta.get("deletionTimestamp")))
+
+
+@dataclass(frozen=True)
+class ContainerExit:
+    """One container that stopped (or cannot start), with what it said about why."""
+
+    pod: str
+    container: str
+    exit_code: int | None
+    k8s_reason: str = ""
+    message: str = ""
+    disrupted: bool = False
+    restart_attempt: int = 0
+
+    @property
+    def trainer_reason(self) -> str | None:
+        """The reason in the trainer's one-line JSON termination message, if it wrote one."""
+        line = self.message.strip().splitlines()[-1] if self.message.strip() else ""
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            return None
+        return doc.get("reason") if isinstance(doc, dict) else None
+
+    @property
+    def trainer_message(self) -> str:
+        line = self.message.strip().splitlines()[-1] if self.message.strip() else ""
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            return self.message.strip()
+        return str(doc.get("message", "")) if isinstance(doc, dict) else self.message.strip()
+
+    def classify(self) -> tuple[FailureReason, str]:
+        """Why this container stopped, as a status reason and a one-line message."""
+        where = f"pod {self.pod}, container {self.container}"
+        if self.exit_code is None:
+            reason = STUCK_WAITING.get(self.k8s_reason, FailureReason.ERROR)
+            return reason, f"{where} cannot start ({self.k8s_reason}): {self.message}".rstrip(": ")
+        trainer = self.trainer_reason
+        if trainer in TRAINER_REASONS:
+            text = self.trainer_message
+            return TRAINER_REASONS[trainer], f"{where} exited {self.exit_code}: {trainer}: {text}"
+        if self.k8s_reason == "OOMKilled":
+            return (FailureReason.OUT_OF_MEMORY,
+                    f"{where} was killed for using more memory than its limit (OOMKilled)")
+        if self.disrupted:
+            return (FailureReason.PREEMPTED,
+                    f"{where} was disrupted (preemption, maintenance or eviction)")
+        if self.exit_code > SIGNAL_BASE:
+            return (FailureReason.PREEMPTED,
+                    f"{where} was killed by signal {self.exit_code - SIGNAL_BASE}")
+        tail = f": {self.message.strip()[-500:]}" if self.message.strip() else ""
+        return FailureReason.ERROR, f"{where} exited {self.exit_code}{tail}"
+
+
+def read_container_exits(pods: list[dict[str, Any]]) -> list[ContainerExit]:
+    """Every failed or stuck trainer container of these pods, newest restart attempt first."""
+    exits: list[ContainerExit] = []
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        status = pod.get("status") or {}
+        disrupted = _is_true(_conditions(pod).get("DisruptionTarget"))
+        attempt = int((meta.get("labels") or {}).get(JOBSET_LABEL_RESTART_ATTEMPT, 0) or 0)
+        for cs in status.get("containerStatuses") or []:
+            state = cs.get("state") or {}
+            term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
+            waiting = state.get("waiting")
+            if term and int(term.get("exitCode", 0)) != 0:
+                exits.append(ContainerExit(
+                    pod=meta.get("name", ""), container=cs.get("name", ""),
+                    exit_code=int(term["exitCode"]), k8s_reason=term.get("reason") or "",
+                    message=term.get("message") or "", disrupted=disrupted,
+                    restart_attempt=attempt))
+            elif waiting and waiting.get("reason") in STUCK_WAITING:
+                exits.append(ContainerExit(
+                    pod=meta.get("name", ""), container=cs.get("name", ""), exit_code=None,
+                    k8s_reason=waiting["reason"], message=waiting.get("message") or "",
+                    restart_attempt=attempt))
+    exits.sort(key=lambda e: -e.restart_attempt)
+    return exits
+
+
+def explain_failure(exits: list[ContainerExit]) -> tuple[FailureReason, str] | None:
+    """The most specific cause among the newest attempt's failed containers: a fatal trainer
+    reason beats a lost peer or a signal, which are usually its consequences."""
+    if not exits:
+        return None
+    newest = exits[0].restart_attempt
+    candidates = [e.classify() for e in exits if e.restart_attempt == newest]
+    candidates.sort(key=lambda rc: _RANK.get(rc[0], 0))
+    return candidates[0]
+
+
+@dataclass(frozen=True)
+class ProgressReading:
+    """One read of the trainer's /progress document (field names as the trainer serves them)."""
+
+    step: int
+    total_steps: int | None = None
+    loss: float | None = None
+    step_time_s: float | None = None
+    tokens_per_s_per_device: float | None = None
+    tflops_per_device: float | None = None
+    mfu: float | None = None
+    last_checkpoint_step: int | None = None
+    training: bool = True   # False while the process starts, restores or compiles
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> ProgressReading | None:
+        """None when the document is not a progress document (a program that serves
+        something else on the port)."""
+        if not isinstance(doc, dict) or not isinstance(doc.get("step"), int | float):
+            return None
+
+        def num(key: str) -> float | None:
+            value = doc.get(key)
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                return None
+            return float(value) if value == value and abs(value) != float("inf") else None
+
+        def count(key: str) -> int | None:
+            value = num(key)
+            return int(value) if value is not None and value >= 0 else None
+
+        return cls(step=max(0, int(doc["step"])), total_steps=count("total_steps"),
+                   loss=num("loss"), step_time_s=num("step_time_s"),
+                   tokens_per_s_per_device=num("tokens_per_s_per_device"),
+                   tflops_per_device=num("tflops_per_device"), mfu=num("mfu"),
+                   last_checkpoint_step=count("last_checkpoint_step"),
+                   training=doc.get("phase") not in ("starting", "initializing", "compiling"))
+
+
+def find_process_zero(pods: list[dict[str, Any]]) -> tuple[str, int] | None:
+    """(pod IP, metrics port) of JAX process 0: slice 0, host 0, first container; None until that
+    pod runs with an IP."""
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        annotations = meta.get("annotations") or {}
+        index = annotations.get(names.JOB_COMPLETION_INDEX_ANNOTATION,
+                                labels.get(names.JOB_COMPLETION_INDEX_ANNOTATION))
+        if str(labels.get(names.JOBSET_LABEL_JOB_INDEX, "0")) != "0" or str(index) != "0":
+            continue
+        status = pod.get("status") or {}
+        if status.get("phase") != "Running" or not status.get("podIP"):
+            continue
+        containers = (pod.get("spec") or {}).get("containers") or []
+        for port in (containers[0].get("ports") or []) if containers else []:
+            if port.get("name") == "metrics":
+                return status["podIP"], int(port["containerPort"])
+    return None

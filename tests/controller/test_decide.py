@@ -1,0 +1,243 @@
+"""The operator's decision, table-driven: previous status + observation -> phase, conditions,
+Events and actions. Every phase transition the operator makes is a row here."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tpujob.api.status import FailureReason, Phase, Progress, TpuTrainingJobStatus, find_condition
+from tpujob.controller.decide import Action, Observation, decide, stall_deadline
+from tpujob.controller.observe import JobSetState, ProgressReading
+from tpujob.validation import validate_job
+
+pytestmark = pytest.mark.unit
+T0 = datetime(2026, 11, 1, 12, 0, tzinfo=UTC)
+TINY = {"model": {"vocab_size": 256, "d_model": 64, "n_layers": 2, "n_heads": 4,
+                  "n_kv_heads": 2, "head_dim": 16, "mlp_dim": 128},
+        "train": {"steps": 100, "global_batch": 16, "seq_len": 64}}
+
+
+def job(**spec) -> dict:
+    base = {"slice": "v6e-16", "image": "trainer:1", "output": "gs://bucket/run",
+            "trainer": {"config": TINY}, "stallTimeoutSeconds": 600,
+            "firstStepTimeoutSeconds": 1200}
+    return {"apiVersion": "tpujob.dev/v1alpha1", "kind": "TpuTrainingJob",
+            "metadata": {"name": "j", "namespace": "ns", "uid": "u", "generation": 1},
+            "spec": base | spec}
+
+
+def js(**kw) -> JobSetState:
+    return JobSetState(**({"exists": True, "uid": "js", "owner_uid": "u", "jobs": 1} | kw))
+
+
+def obs(jobset=None, spec=None, now=T0, **kw) -> Observation:
+    return Observation(now=now, generation=1, verdict=validate_job(job(**(spec or {}))),
+                       jobset=jobset or JobSetState.missing(), **kw)
+
+
+def status(phase=Phase.PENDING, **kw) -> TpuTrainingJobStatus:
+    return TpuTrainingJobStatus(phase=phase, **kw)
+
+
+def cond(decision, type_):
+    return find_condition(decision.status.conditions, type_)
+
+
+@pytest.mark.parametrize("prev, observation, phase, actions, event", [
+    # new valid job: create the children
+    (status(), obs(), Phase.STARTING, [Action.CREATE_CHILDREN], "Starting"),
+    (status(), obs(spec={"suspend": True}), Phase.SUSPENDED, [Action.CREATE_CHILDREN], "Suspended"),
+    (status(), obs(spec={"scheduling": {"queueName": "q"}}), Phase.QUEUED,
+     [Action.CREATE_CHILDREN], "Queued"),
+    # JobSet exists: follow it
+    (status(Phase.STARTING), obs(js(ready_jobs=0)), Phase.STARTING, [], None),
+    (status(Phase.STARTING), obs(js(ready_jobs=1)), Phase.RUNNING, [], "Running"),
+    (status(Phase.RUNNING), obs(js(ready_jobs=1)), Phase.RUNNING, [], None),
+    (status(Phase.RUNNING), obs(js(ready_jobs=0, restarts=1)), Phase.RESTARTING, [], "Restarting"),
+    (status(Phase.RESTARTING, restarts=1, jobset_restarts=1), obs(js(ready_jobs=1, restarts=1)),
+     Phase.RUNNING, [], "Running"),
+    (status(Phase.RUNNING), obs(js(completed=True)), Phase.SUCCEEDED, [], "Succeeded"),
+    (status(Phase.RUNNING), obs(js(failed=True), failure=(FailureReason.OUT_OF_MEMORY, "oom")),
+     Phase.FAILED, [], "Failed"),
+    # queued by Kueue until admitted
+    (status(Phase.QUEUED), obs(js(suspended=True, queue_name="q"),
+                               spec={"scheduling": {"queueName": "q"}}), Phase.QUEUED, [], None),
+    (status(Phase.QUEUED), obs(js(ready_jobs=0, queue_name="q"),
+                               spec={"scheduling": {"queueName": "q"}}),
+     Phase.STARTING, [], "Starting"),
+    # suspend and resume
+    (status(Phase.RUNNING), obs(js(ready_jobs=1), spec={"suspend": True}), Phase.SUSPENDED,
+     [Action.SUSPEND], "Suspended"),
+    (status(Phase.SUSPENDED), obs(js(suspended=True), spec={"suspend": True}), Phase.SUSPENDED,
+     [], None),
+    (status(Phase.SUSPENDED), obs(js(suspended=True)), Phase.STARTING, [Action.RESUME],
+     "Starting"),
+    # a spec change made while suspended is applied by re-creating the JobSet
+    (status(Phase.SUSPENDED), obs(js(suspended=True), spec={"suspend": True},
+                                  spec_matches=False), Phase.PENDING, [Action.RECREATE],
+     "Pending"),
+    (status(Phase.PENDING), obs(js(deleting=True)), Phase.PENDING, [], None),
+    # terminal phases never change
+    (status(Phase.SUCCEEDED), obs(js(failed=True)), Phase.SUCCEEDED, [], None),
+    (status(Phase.FAILED), obs(js(ready_jobs=1)), Phase.FAILED, [], None),
+])
+def test_phase_transitions(prev, observation, phase, actions, event):
+    d = decide(prev, observation)
+    assert d.status.phase == phase
+    assert d.actions == actions
+    assert [e.reason for e in d.events if e.reason == phase.value] == ([event] if event else [])
+    assert d.status.observed_generation == (1 if prev.phase not in (Phase.SUCCEEDED, Phase.FAILED)
+                                            else None)
+
+
+@pytest.mark.parametrize("spec, reason, field", [
+    ({"slice": "v6e-12"}, "InvalidSlice", "spec.slice"),
+    ({"parallelism": {"ici": {"tensor": 3}}}, "InvalidMesh", "spec.parallelism"),
+    ({"trainer": {"config": {"train": {"steps": "many"}}}}, None, "train.steps"),
+])
+def test_invalid_job_is_refused_with_the_field_and_creates_nothing(spec, reason, field):
+    d = decide(status(), obs(spec=spec))
+    assert d.status.phase == Phase.INVALID
+    assert d.actions == []
+    valid = cond(d, "Valid")
+    assert valid.status == "False" and (reason is None or valid.reason == reason)
+    assert field in valid.message and field in d.status.failure.message
+    assert d.status.failure.reason == FailureReason.INVALID_SPEC
+    assert [(e.type, e.reason) for e in d.events] == [("Warning", "Invalid")]
+
+
+def test_an_invalid_job_fixed_by_an_update_starts():
+    bad = decide(status(), obs(spec={"slice": "v6e-12"})).status
+    d = decide(bad, obs())
+    assert d.status.phase == Phase.STARTING and d.actions == [Action.CREATE_CHILDREN]
+    assert d.status.failure is None and cond(d, "Valid").status == "True"
+
+
+def test_invalid_update_of_a_running_job_is_not_applied():
+    d = decide(status(Phase.RUNNING), obs(js(ready_jobs=1), spec={"slice": "v6e-12"}))
+    assert d.status.phase == Phase.RUNNING
+    assert cond(d, "SpecApplied").status == "False"
+
+
+def test_spec_change_while_running_is_refused_once_with_an_event():
+    first = decide(status(Phase.RUNNING), obs(js(ready_jobs=1), spec_matches=False,
+                                              changed_fields=("spec.image",)))
+    assert first.status.phase == Phase.RUNNING and first.actions == []
+    applied = cond(first, "SpecApplied")
+    assert applied.status == "False" and "spec.image" in applied.message
+    assert [e.reason for e in first.events] == ["UpdateRefused"]
+    again = decide(first.status, obs(js(ready_jobs=1), spec_matches=False,
+                                     changed_fields=("spec.image",)))
+    assert again.events == []
+
+
+def test_restart_counts_and_survives_a_recreated_jobset():
+    d = decide(status(Phase.RUNNING), obs(js(ready_jobs=0, restarts=2),
+                                          failure=(FailureReason.PREEMPTED, "pod x preempted")))
+    assert d.status.restarts == 2 and d.status.jobset_restarts == 2
+    restarted = [e for e in d.events if e.reason == "Restarted"]
+    assert restarted and "pod x preempted" in restarted[0].message
+    # A JobSet re-created after a spec change starts counting from 0 again.
+    d2 = decide(d.status, obs(js(ready_jobs=1, restarts=1)))
+    assert d2.status.restarts == 3 and d2.status.jobset_restarts == 1
+
+
+@pytest.mark.parametrize("failure, restarts, reason", [
+    ((FailureReason.OUT_OF_MEMORY, "oom"), 0, FailureReason.OUT_OF_MEMORY),
+    ((FailureReason.CONFIG_ERROR, "bad"), 0, FailureReason.CONFIG_ERROR),
+    ((FailureReason.PREEMPTED, "spot"), 3, FailureReason.RESTART_LIMIT_EXCEEDED),
+    (None, 0, FailureReason.ERROR),
+])
+def test_failure_reason(failure, restarts, reason):
+    d = decide(status(Phase.RUNNING, restarts=restarts, jobset_restarts=restarts),
+               obs(js(failed=True, restarts=restarts, message="jobset failed"), failure=failure))
+    assert d.status.failure.reason == reason
+    assert cond(d, "Failed").reason == reason.value
+    assert d.status.completion_time == T0
+
+
+def running_status(since: datetime, progress: Progress | None = None) -> TpuTrainingJobStatus:
+    first = decide(status(Phase.STARTING), obs(js(ready_jobs=1), now=since)).status
+    if progress is not None:
+        first = first.model_copy(update={"progress": progress})
+    return first
+
+
+def test_progress_is_copied_and_the_step_clock_moves_only_on_a_new_step():
+    prev = running_status(T0)
+    reading = ProgressReading(step=5, total_steps=100, loss=2.5, step_time_s=0.5,
+                              tokens_per_s_per_device=1000.0, mfu=0.4, last_checkpoint_step=0)
+    d = decide(prev, obs(js(ready_jobs=1), now=T0 + timedelta(seconds=10), progress=reading))
+    p = d.status.progress
+    assert (p.step, p.total_steps, p.loss, p.mfu) == (5, 100, 2.5, 0.4)
+    assert p.last_step_time is None  # first reading: only a mark
+    d2 = decide(d.status, obs(js(ready_jobs=1), now=T0 + timedelta(seconds=20),
+                              progress=ProgressReading(step=7)))
+    assert d2.status.progress.last_step_time == T0 + timedelta(seconds=20)
+    d3 = decide(d2.status, obs(js(ready_jobs=1), now=T0 + timedelta(seconds=30),
+                               progress=ProgressReading(step=7)))
+    assert d3.status.progress.last_step_time == T0 + timedelta(seconds=20)
+
+
+@pytest.mark.parametrize("on_stall, phase, actions, restarts", [
+    ("Restart", Phase.RESTARTING, [Action.RESTART], 1),
+    ("Fail", Phase.FAILED, [Action.STOP], 0),
+    ("Ignore", Phase.RUNNING, [], 0),
+])
+def test_stall_after_the_first_step_allowance(on_stall, phase, actions, restarts):
+    prev = running_status(T0)
+    spec = {"restartPolicy": {"onStall": on_stall}}
+    quiet = decide(prev, obs(js(ready_jobs=1), spec=spec, now=T0 + timedelta(seconds=1199)))
+    assert quiet.status.phase == Phase.RUNNING and quiet.actions == []
+    d = decide(prev, obs(js(ready_jobs=1), spec=spec, now=T0 + timedelta(seconds=1201)))
+    assert d.status.phase == phase and d.actions == actions
+    assert d.status.stall_restarts == restarts == d.status.restarts
+    assert cond(d, "Stalled").status == "True"
+    assert any(e.reason == "Stalled" and e.type == "Warning" for e in d.events)
+    if phase == Phase.FAILED:
+        assert d.status.failure.reason == FailureReason.STALLED
+
+
+def test_stall_timeout_counts_from_the_last_step():
+    progress = Progress(step=10, last_step_time=T0 + timedelta(seconds=100))
+    prev = running_status(T0, progress)
+    ok = decide(prev, obs(js(ready_jobs=1), now=T0 + timedelta(seconds=699)))
+    assert ok.status.phase == Phase.RUNNING and ok.actions == []
+    d = decide(prev, obs(js(ready_jobs=1), now=T0 + timedelta(seconds=701)))
+    assert d.actions == [Action.RESTART]
+    assert d.status.progress.last_step_time is None  # the next attempt gets the allowance
+
+
+def test_stall_restarts_stop_at_the_restart_limit():
+    prev = running_status(T0).model_copy(update={"restarts": 3, "jobset_restarts": 3})
+    d = decide(prev, obs(js(ready_jobs=1, restarts=3), now=T0 + timedelta(hours=1)))
+    assert d.status.phase == Phase.FAILED and d.actions == [Action.STOP]
+    assert "restart limit 3" in d.status.failure.message
+
+
+def test_custom_trainer_without_progress_is_not_judged_stalled():
+    spec = {"trainer": {"command": ["python", "train.py"]}}
+    prev = decide(status(Phase.STARTING), obs(js(ready_jobs=1), spec=spec)).status
+    d = decide(prev, obs(js(ready_jobs=1), spec=spec, now=T0 + timedelta(days=1)))
+    assert d.status.phase == Phase.RUNNING and d.actions == []
+
+
+@pytest.mark.parametrize("first, stall, last_step, expected", [
+    (1200, 600, None, T0 + timedelta(seconds=1200)),
+    (0, 600, None, None),
+    (1200, 600, T0 + timedelta(seconds=50), T0 + timedelta(seconds=650)),
+    (1200, 0, T0 + timedelta(seconds=50), None),
+    (1200, 600, T0 - timedelta(seconds=50), T0 + timedelta(seconds=1200)),  # previous attempt
+])
+def test_stall_deadline(first, stall, last_step, expected):
+    spec = validate_job(job(firstStepTimeoutSeconds=first, stallTimeoutSeconds=stall)).job.spec
+    progress = Progress(step=1, last_step_time=last_step) if last_step else None
+    assert stall_deadline(spec, T0, progress) == expected
+
+
+def test_blocked_children_keep_the_job_pending_with_one_warning():
+    blocked = (FailureReason.CONFLICT, "a JobSet named j exists and is not owned by this job")
+    d = decide(status(), obs(blocked=blocked))
+    assert d.status.phase == Phase.PENDING and d.actions == []
+    assert [e.reason for e in d.events] == ["Conflict"]
+    assert decide(d.status, obs(blocked=blocked)).events == []
