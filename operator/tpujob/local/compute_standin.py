@@ -9,8 +9,8 @@ uses (notFound, alreadyExists, forbidden, invalid, rateLimitExceeded, ...). Inse
 like the real API does: unknown fields are refused, names must follow RFC 1035, and a repeated
 requestId returns the first insert's operation.
 
-Faults can be switched on to exercise a client: the next N requests failing with 503/429,
-a missing IAM permission (403), a failing operation, a quota, a disabled API.
+Faults can be switched on to exercise a client: the next N requests failing with 503/429 or
+answered late, a missing IAM permission (403), a failing operation, a quota, a disabled API.
 
     with ComputeStandIn(operation_polls=2) as compute:
         client = ComputeClient(compute.url)
@@ -92,6 +92,7 @@ class _Operation:
 @dataclass
 class _Faults:
     fail_next: list[tuple[int, float | None]] = field(default_factory=list)
+    stall_next: list[float] = field(default_factory=list)
     denied: set[str] = field(default_factory=set)
     failing_operations: list[tuple[str, str, int]] = field(default_factory=list)
     api_disabled: bool = False
@@ -132,6 +133,7 @@ class ComputeStandIn:
         self._server = ThreadingHTTPServer((self._host, self._port), handler)
         self._server.daemon_threads = True
         self._thread = threading.Thread(target=self._server.serve_forever,
+                                        kwargs={"poll_interval": 0.05},
                                         name="compute-standin", daemon=True)
         self._thread.start()
         return self
@@ -195,6 +197,12 @@ class ComputeStandIn:
         with self._lock:
             self._faults.fail_next.extend([(status, retry_after)] * n)
 
+    def stall_next(self, n: int, seconds: float) -> None:
+        """Hold the answers to the next `n` requests for `seconds` (to trip client timeouts);
+        the requests are still carried out."""
+        with self._lock:
+            self._faults.stall_next.extend([seconds] * n)
+
     def deny(self, *permissions: str) -> None:
         """Answer 403 to requests that need one of these IAM permissions."""
         with self._lock:
@@ -247,6 +255,8 @@ class ComputeStandIn:
                 kind, params = route_kind, m.groupdict()
                 break
         authorized = "authorization" in {k.lower() for k in headers}
+        with self._lock:
+            stall = self._faults.stall_next.pop(0) if self._faults.stall_next else 0.0
         try:
             self._maybe_hold(kind)
             status, payload = self._dispatch(method, path, kind, params, query, headers, body)
@@ -255,6 +265,8 @@ class ComputeStandIn:
             status, payload, extra = e.status, _error_body(e), e.headers
         with self._lock:
             self._requests.append(RecordedRequest(method, path, kind, status, authorized))
+        if stall:
+            time.sleep(stall)
         return status, payload, extra
 
     def _maybe_hold(self, kind: str) -> None:
