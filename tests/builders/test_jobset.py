@@ -1,6 +1,7 @@
 """The JobSet builder, table-driven per slice type, and every built JobSet validated strictly
 against the real JobSet v0.12.0 CRD schema."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,10 @@ def test_shape_per_slice(slice_name, slices, hosts, containers, tpu, selector_to
     assert (pod["hostNetwork"], pod["dnsPolicy"]) == (True, "ClusterFirstWithHostNet")
     assert {"key": "google.com/tpu", "operator": "Exists", "effect": "NoSchedule"} in \
         pod["tolerations"]
-    assert js["metadata"]["annotations"] == {
+    annotations = dict(js["metadata"]["annotations"])
+    assert set(json.loads(annotations.pop("tpujob.dev/spec-fingerprint"))) >= {
+        "slice", "image", "trainer", "parallelism", "restartPolicy"}
+    assert annotations == {
         "alpha.jobset.sigs.k8s.io/exclusive-topology": "cloud.google.com/gke-nodepool"}
 
 

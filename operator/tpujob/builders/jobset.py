@@ -8,6 +8,7 @@ from typing import Any
 
 from tpujob.api.spec import TpuTrainingJobSpec
 from tpujob.builders import names
+from tpujob.builders.fingerprint import FINGERPRINT_ANNOTATION, encode_fingerprint
 from tpujob.builders.trainer_config import build_config_map
 from tpujob.builders.wiring import build_process_env
 from tpujob_plan.slice_plan import TPU_RESOURCE, SlicePlan
@@ -171,7 +172,8 @@ def build_jobset(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: SlicePlan
         "kind": "JobSet",
         "metadata": {
             "name": name, "namespace": meta["namespace"], "labels": labels,
-            "annotations": {names.EXCLUSIVE_TOPOLOGY: names.NODEPOOL_LABEL},
+            "annotations": {names.EXCLUSIVE_TOPOLOGY: names.NODEPOOL_LABEL,
+                            FINGERPRINT_ANNOTATION: encode_fingerprint(spec)},
             "ownerReferences": child["ownerReferences"],
         },
         "spec": {

@@ -1,0 +1,31 @@
+"""The spec fingerprint: which fields changed since the JobSet was built, ignoring the ones the
+operator applies live."""
+
+import pytest
+
+from tpujob.api.resource import load_spec
+from tpujob.builders.fingerprint import changed_fields, encode_fingerprint
+
+pytestmark = pytest.mark.unit
+BASE = {"slice": "v6e-16", "image": "trainer:1", "output": "gs://bucket/run"}
+
+
+@pytest.mark.parametrize("change, fields", [
+    ({}, ()),
+    ({"image": "trainer:2"}, ("spec.image",)),
+    ({"suspend": True}, ()),
+    ({"stallTimeoutSeconds": 5, "firstStepTimeoutSeconds": 9}, ()),
+    ({"restartPolicy": {"onStall": "Fail"}}, ()),
+    ({"restartPolicy": {"maxRestarts": 9}}, ("spec.restartPolicy",)),
+    ({"trainer": {"overrides": ["train.steps=5"]}, "env": [{"name": "A", "value": "1"}]},
+     ("spec.env", "spec.trainer")),
+    ({"image": "trainer:1"}, ()),  # the same value written again
+])
+def test_changed_fields(change, fields):
+    annotation = encode_fingerprint(load_spec(BASE))
+    assert changed_fields(load_spec(BASE | change), annotation) == fields
+
+
+@pytest.mark.parametrize("annotation", [None, "", "not json", "[]"])
+def test_unknown_fingerprint_means_the_whole_spec(annotation):
+    assert changed_fields(load_spec(BASE), annotation) == ("spec",)
