@@ -1,5 +1,6 @@
 """The HTTP layer: routes Kubernetes API paths to the store, decodes bodies, negotiates
-JSON/Table responses, and answers every failure with a `Status` body."""
+JSON/Table responses, and answers every failure with a `Status` body. Every request passes
+through `_observe` first, which records it in the request log and injects configured faults."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import base64
 import copy
 import json
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -16,6 +18,8 @@ from aiohttp import web
 
 from . import discovery, errors, openapi, patch, table, watch
 from .errors import ApiError
+from .faults import FaultInjector, Faults, fault_error, retry_after_header
+from .requestlog import RequestInfo, RequestLog, build_record, request_info
 from .resources import BUILTINS, CRD_TYPE, Registry, ResourceType
 from .selectors import matches_fields, matches_labels, parse_field_selector, parse_label_selector
 from .store import Store, now_rfc3339
@@ -45,11 +49,29 @@ class Target:
     watch: bool
 
 
+@dataclass
+class _Seen:
+    """What the request log and the fault injector know about a request being served."""
+
+    info: RequestInfo
+    arrived: float
+    fault: str | None = None
+    watch_drop_after_s: float | None = None
+    recorded: bool = False
+
+
+_SEEN = web.RequestKey("tpujob_seen", _Seen)
+
+
 class ApiHandler:
     """Serves the Kubernetes API from one Store; `app()` gives the aiohttp application."""
 
     def __init__(self, crds: list[dict[str, Any]] = (), bookmark_interval_s: float = 60.0,
-                 history: int = 2000) -> None:
+                 history: int = 2000, request_log: RequestLog | None = None,
+                 faults: Faults | None = None) -> None:
+        self.request_log = request_log if request_log is not None else RequestLog()
+        self.faults = FaultInjector(faults or Faults())
+        self.in_flight: dict[int, web.Request] = {}  # id -> request being served
         self.registry = Registry()
         for rtype in BUILTINS:
             self.registry.add(rtype)
@@ -64,16 +86,85 @@ class ApiHandler:
 
     def app(self) -> web.Application:
         application = web.Application(client_max_size=4 * MAX_BODY_BYTES,
-                                      middlewares=[self._status_errors])
+                                      middlewares=[self._observe, self._status_errors])
         application.router.add_route("*", "/{tail:.*}", self.dispatch)
+        application.on_response_prepare.append(self._on_response_prepare)
         return application
+
+    def drop_connections(self) -> None:
+        """Close the connection of every request being served (open watches included), without
+        an answer, as a server going away does."""
+        for request in list(self.in_flight.values()):
+            if request.transport is not None:
+                request.transport.abort()
+
+    # -- request log and faults ----------------------------------------------------------------
+
+    @web.middleware
+    async def _observe(self, request: web.Request, handler) -> web.StreamResponse:
+        arrived = time.monotonic()
+        info = request_info(request.method, request.path, request.query)
+        decision = self.faults.decide(info, request.headers.get("User-Agent", ""))
+        seen = _Seen(info, arrived, decision.kind or
+                     ("watch-drop" if decision.watch_drop_after_s is not None else None),
+                     decision.watch_drop_after_s)
+        request[_SEEN] = seen
+        self.in_flight[id(request)] = request
+        response: web.StreamResponse | None = None
+        try:
+            if decision.kind == "error":
+                err = fault_error(decision.code, self.faults.faults.retry_after_s, info)
+                response = _json(err.status(), err.code, retry_after_header(err))
+            elif decision.kind == "timeout":
+                response = await self._time_out(request, handler, info.verb == "watch")
+            else:
+                response = await handler(request)
+            return response
+        finally:
+            self.in_flight.pop(id(request), None)
+            # Streamed answers (watches) are recorded when their headers go out; 0: the
+            # connection closed before any answer.
+            if not seen.recorded:
+                self._record(request, response.status if response is not None else 0)
+
+    async def _on_response_prepare(self, request: web.Request,
+                                   response: web.StreamResponse) -> None:
+        seen = request.get(_SEEN)
+        if seen is None or not seen.recorded:
+            self._record(request, response.status)
+
+    def _record(self, request: web.Request, status: int) -> None:
+        seen = request.get(_SEEN)
+        if seen is None:  # answered before the middleware ran (e.g. a malformed request)
+            seen = _Seen(request_info(request.method, request.path, request.query),
+                         time.monotonic())
+            request[_SEEN] = seen
+        seen.recorded = True
+        self.request_log.add(build_record(
+            seen.info, status, request.headers.get("User-Agent", ""), request.method,
+            request.path_qs, seen.fault, seen.arrived))
+
+    async def _time_out(self, request: web.Request, handler, is_watch: bool
+                        ) -> web.StreamResponse:
+        faults = self.faults.faults
+        if faults.timeout_after_commit and not is_watch:
+            try:
+                await handler(request)  # carried out; only the answer is lost
+            except Exception:  # noqa: BLE001 - the answer, error or not, is never sent
+                pass
+        await asyncio.sleep(faults.timeout_hold_s)
+        if request.transport is not None:
+            request.transport.abort()
+        # Losing the connection cancels this handler (handler_cancellation); wait for it.
+        await asyncio.sleep(30)
+        raise ConnectionResetError("connection dropped by an injected timeout")
 
     @web.middleware
     async def _status_errors(self, request: web.Request, handler) -> web.StreamResponse:
         try:
             return await handler(request)
         except ApiError as err:
-            return _json(err.status(), err.code)
+            return _json(err.status(), err.code, retry_after_header(err))
         except web.HTTPRequestEntityTooLarge:
             return _json(errors.too_large(MAX_BODY_BYTES).status(), 413)
         except (asyncio.CancelledError, ConnectionResetError):
@@ -221,12 +312,25 @@ class ApiHandler:
         except ValueError as err:
             raise errors.bad_request(f"invalid watch parameter: {err}") from err
         self.store.ensure_kind(target.rtype)
+        seen = request.get(_SEEN)
+        drop_after_s = seen.watch_drop_after_s if seen is not None else None
+        reset = None
+        if drop_after_s is not None:
+            if self.faults.faults.watch_drop_mode == "end":  # as a server-side timeout
+                timeout_s = drop_after_s if timeout_s is None else min(timeout_s, drop_after_s)
+            else:  # the connection goes away mid-stream
+                reset = asyncio.get_running_loop().call_later(
+                    drop_after_s, lambda: request.transport and request.transport.abort())
         spec = watch.WatchRequest(
             rtype=target.rtype, namespace=target.namespace,
             matches=self._matcher(request, target), resource_version=resource_version,
             timeout_s=timeout_s, bookmarks=_flag(query.get("allowWatchBookmarks")),
             send_initial_events=_flag(query.get("sendInitialEvents")))
-        return await watch.stream(request, self.store, spec, self.bookmark_interval_s)
+        try:
+            return await watch.stream(request, self.store, spec, self.bookmark_interval_s)
+        finally:
+            if reset is not None:
+                reset.cancel()
 
     # -- writes --------------------------------------------------------------------------------
 
