@@ -130,8 +130,7 @@ class ComputeStandIn:
 
     def start(self) -> ComputeStandIn:
         handler = type("Handler", (_Handler,), {"standin": self})
-        self._server = ThreadingHTTPServer((self._host, self._port), handler)
-        self._server.daemon_threads = True
+        self._server = _Server((self._host, self._port), handler)
         self._thread = threading.Thread(target=self._server.serve_forever,
                                         kwargs={"poll_interval": 0.05},
                                         name="compute-standin", daemon=True)
@@ -399,6 +398,13 @@ class ComputeStandIn:
     def _link(self, project: str, region: str) -> str:
         base = self.url if self._server is not None else f"http://standin{API_ROOT}"
         return f"{base}/projects/{project}/regions/{region}"
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a client that gave up on a stalled answer closed its socket: expected here
 
 
 class _Handler(BaseHTTPRequestHandler):
