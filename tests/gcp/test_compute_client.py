@@ -14,11 +14,13 @@ from tpujob.gcp import (
     AdcAuth,
     AlreadyExists,
     ApiDisabled,
+    ComputeClient,
     ComputeUnavailable,
     CredentialsRefreshFailed,
     CredentialsUnavailable,
     InvalidRequest,
     OperationTimeout,
+    PermissionDenied,
     RetryPolicy,
     build_workload_policy,
     ensure_workload_policy,
@@ -55,7 +57,6 @@ def test_an_unreachable_endpoint_is_retried_then_reported():
     with socket.socket() as s:       # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    from tpujob.gcp import ComputeClient
     client = ComputeClient(f"http://127.0.0.1:{port}/compute/v1", timeout_s=1.0,
                            retry=RetryPolicy(max_attempts=2, backoff_s=0.001))
     with pytest.raises(ComputeUnavailable, match="unreachable after 2 attempts") as info:
@@ -140,7 +141,6 @@ def test_tokens_are_refreshed_after_a_401_and_never_logged(compute, caplog):
 
 
 def test_a_denied_call_does_not_leak_the_token(compute):
-    from tpujob.gcp import PermissionDenied
     client = make_client(compute, auth=AdcAuth(FakeCredentials("secret-token")))
     compute.deny("compute.resourcePolicies.get")
     with pytest.raises(PermissionDenied) as info:
@@ -159,6 +159,11 @@ def test_refresh_failures(compute, failure, error, retryable):
     assert info.value.reason == "GcpCredentialsUnavailable"
     assert info.value.retryable is retryable
     assert compute.requests == []
+
+
+def test_tokens_never_go_over_plain_http_to_another_host():
+    with pytest.raises(ValueError, match="refusing to send access tokens"):
+        ComputeClient("http://compute.internal/compute/v1", auth=AdcAuth(FakeCredentials("t")))
 
 
 def test_missing_application_default_credentials(monkeypatch, tmp_path):

@@ -18,7 +18,7 @@ import threading
 import time
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlsplit
 
 import requests
 
@@ -85,6 +85,9 @@ class ComputeClient:
                  retry: RetryPolicy = RetryPolicy(), user_agent: str = "tpujob"):
         self.base_url = base_url.rstrip("/")
         self.auth: Auth = auth if auth is not None else NoAuth()
+        if not isinstance(self.auth, NoAuth) and not _may_carry_tokens(self.base_url):
+            raise ValueError(f"refusing to send access tokens to {self.base_url}: use https:// "
+                             "(plain http:// only reaches a local stand-in, without auth)")
         self.timeout_s = timeout_s
         self.connect_timeout_s = connect_timeout_s
         # operations.wait holds the request up to ~2 minutes server-side.
@@ -331,6 +334,12 @@ def _json(resp: requests.Response) -> dict:
         raise ComputeError("Compute Engine answered with JSON that is not an object",
                            status=resp.status_code)
     return body
+
+
+def _may_carry_tokens(base_url: str) -> bool:
+    parts = urlsplit(base_url)
+    return parts.scheme == "https" or (parts.scheme == "http"
+                                       and parts.hostname in ("127.0.0.1", "::1", "localhost"))
 
 
 def _seg(value: str) -> str:
