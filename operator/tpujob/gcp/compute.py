@@ -168,14 +168,14 @@ class ComputeClient:
         url = f"{self._region_url(project, region)}/resourcePolicies"
         return f"{url}/{_seg(name)}" if name is not None else url
 
-    def _session(self) -> requests.Session:
-        # One session per thread: kopf's sync handlers share this client across threads.
-        session = getattr(self._local, "session", None)
-        if session is None:
-            session = requests.Session()
-            session.headers["User-Agent"] = self.user_agent
-            self._local.session = session
-        return session
+    def _http(self) -> requests.Session:
+        # One connection pool per thread: kopf's sync handlers share this client across threads.
+        pool = getattr(self._local, "pool", None)
+        if pool is None:
+            pool = requests.Session()
+            pool.headers["User-Agent"] = self.user_agent
+            self._local.pool = pool
+        return pool
 
     def _request(self, method: str, url: str, call: _Call, *, json: Any = None,
                  params: dict | None = None, timeout: float | None = None) -> requests.Response:
@@ -187,7 +187,7 @@ class ComputeClient:
         while True:
             attempt += 1
             try:
-                resp = self._session().request(
+                resp = self._http().request(
                     method, url, json=json, params=params, headers=self.auth.headers(),
                     timeout=(self.connect_timeout_s, timeout or self.timeout_s))
             except (requests.ConnectionError, requests.Timeout) as e:
