@@ -2,6 +2,8 @@
 
 `python -m charts.generate` (from the repository root, after `python -m tpujob.api.crd`):
   - copies manifests/crd.yaml into charts/tpujob/crds/, so `helm install` creates the CRD;
+  - writes the chart's RBAC rules (templates/_rules.tpl) from the API calls the operator makes,
+    operator/tpujob/controller/permissions.py;
   - renders the chart with its default values into manifests/install/tpujob.yaml, the same
     install as plain YAML for `kubectl apply` (plus the Namespace Helm would be told to create).
 `--check` writes nothing and exits 1 when either file is out of date.
@@ -12,6 +14,7 @@ Rendering goes through Helm's own Go engine (helm-python-sdk), offline: no clust
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 CHART = ROOT / "charts" / "tpujob"
 CRD_SOURCE = ROOT / "manifests" / "crd.yaml"
 CHART_CRD = CHART / "crds" / "tputrainingjobs.tpujob.dev.yaml"
+CHART_RULES = CHART / "templates" / "_rules.tpl"
 INSTALL = ROOT / "manifests" / "install" / "tpujob.yaml"
 
 RELEASE = "tpujob"
@@ -60,6 +64,35 @@ def _install_rank(obj: dict[str, Any]) -> tuple[int, str, str]:
     rank = KIND_ORDER.index(kind) if kind in KIND_ORDER else len(KIND_ORDER)
     meta = obj.get("metadata", {})
     return rank, meta.get("namespace", ""), meta.get("name", "")
+
+
+def _policy_rules(rules: tuple[Any, ...]) -> str:
+    lines = []
+    for rule in rules:
+        lines += [f"# {rule.why}",
+                  f"- apiGroups: {json.dumps([rule.group])}",
+                  f"  resources: {json.dumps([rule.resource])}",
+                  f"  verbs: {json.dumps(list(rule.verbs))}"]
+    return "\n".join(lines)
+
+
+def build_rules_tpl() -> str:
+    """templates/_rules.tpl: the operator's RBAC rules as two named templates, one PolicyRule
+    per rule of permissions.py (NAMESPACED always; CLUSTER_ONLY only cluster-wide)."""
+    from tpujob.controller.permissions import CLUSTER_ONLY, NAMESPACED
+
+    return (
+        "{{/*\nGenerated from operator/tpujob/controller/permissions.py by "
+        f"`{COMMAND}`.\nDo not edit: change permissions.py and run the command again.\n"
+        "*/}}\n"
+        "\n{{/* Calls inside the watched namespaces: a Role per namespace, or the ClusterRole. */}}"
+        "\n{{- define \"tpujob.namespacedRules\" -}}\n"
+        f"{_policy_rules(NAMESPACED)}\n"
+        "{{- end }}\n"
+        "\n{{/* Calls only a cluster-wide operator makes. */}}"
+        "\n{{- define \"tpujob.clusterOnlyRules\" -}}\n"
+        f"{_policy_rules(CLUSTER_ONLY)}\n"
+        "{{- end }}\n")
 
 
 def render_chart(values: dict[str, Any] | None = None, *, release: str = RELEASE,
@@ -102,25 +135,27 @@ def _is_stale(path: Path, text: str) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog=COMMAND, description="Copy the CRD into the chart and render manifests/install.")
+        prog=COMMAND, description="Bring the chart's CRD and RBAC rules up to date and render "
+                                  "manifests/install.")
     parser.add_argument("--check", action="store_true",
                         help="write nothing; exit 1 when a file is out of date")
     args = parser.parse_args(argv)
-    crd_text = CRD_SOURCE.read_text()
+    # The chart's own inputs first: the install YAML is rendered from the chart.
+    sources = [(CHART_CRD, CRD_SOURCE.read_text()), (CHART_RULES, build_rules_tpl())]
     if args.check:
-        # The install YAML is rendered from the chart, CRD included: a stale chart CRD makes it
-        # stale too, and regenerating fixes both.
-        stale = [CHART_CRD] if _is_stale(CHART_CRD, crd_text) else []
+        stale = [path for path, text in sources if _is_stale(path, text)]
+        # A stale chart makes the install stale too, and regenerating fixes both.
         if not stale and _is_stale(INSTALL, build_install_yaml()):
             stale.append(INSTALL)
         for path in stale:
             print(f"{path.relative_to(ROOT)} is out of date: run `{COMMAND}`", file=sys.stderr)
         return 1 if stale else 0
-    CHART_CRD.parent.mkdir(parents=True, exist_ok=True)
-    CHART_CRD.write_text(crd_text)
+    for path, text in sources:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
     INSTALL.parent.mkdir(parents=True, exist_ok=True)
     INSTALL.write_text(build_install_yaml())
-    for path in (CHART_CRD, INSTALL):
+    for path in (CHART_CRD, CHART_RULES, INSTALL):
         print(f"wrote {path.relative_to(ROOT)}")
     return 0
 

@@ -1,0 +1,48 @@
+{{/*
+Generated from operator/tpujob/controller/permissions.py by `python -m charts.generate`.
+Do not edit: change permissions.py and run the command again.
+*/}}
+
+{{/* Calls inside the watched namespaces: a Role per namespace, or the ClusterRole. */}}
+{{- define "tpujob.namespacedRules" -}}
+# watch jobs; kopf keeps its progress annotations on them
+- apiGroups: ["tpujob.dev"]
+  resources: ["tputrainingjobs"]
+  verbs: ["get", "list", "watch", "patch"]
+# write status
+- apiGroups: ["tpujob.dev"]
+  resources: ["tputrainingjobs/status"]
+  verbs: ["get", "patch"]
+# create the JobSet, follow its status, suspend and resume it, re-create it after a spec change made while suspended
+- apiGroups: ["jobset.x-k8s.io"]
+  resources: ["jobsets"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# restart a stalled run (JobSet re-creates them)
+- apiGroups: ["batch"]
+  resources: ["jobs"]
+  verbs: ["list", "delete"]
+# termination messages, restarts and the process-0 metrics address
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list"]
+# the trainer config
+- apiGroups: [""]
+  resources: ["configmaps"]
+  verbs: ["get", "create", "patch"]
+# Events on phase changes and refusals
+- apiGroups: [""]
+  resources: ["events"]
+  verbs: ["create"]
+{{- end }}
+
+{{/* Calls only a cluster-wide operator makes. */}}
+{{- define "tpujob.clusterOnlyRules" -}}
+# kopf notices when the CRDs it serves appear
+- apiGroups: ["apiextensions.k8s.io"]
+  resources: ["customresourcedefinitions"]
+  verbs: ["list", "watch"]
+# kopf follows namespaces when watching all of them
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["list", "watch"]
+{{- end }}
