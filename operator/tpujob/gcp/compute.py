@@ -147,7 +147,7 @@ class ComputeClient:
         while operation.get("status") != "DONE":
             if time.monotonic() >= deadline:
                 raise OperationTimeout(
-                    f"operation {name} in {project}/{region} was not done after {timeout_s:.0f}"
+                    f"operation {name} in {project}/{region} was not done after {timeout_s:g}"
                     f" s (status {operation.get('status')}); it may still finish")
             url = f"{self._region_url(project, region)}/operations/{_seg(name)}/wait"
             resp = self._request("POST", url, call, timeout=self.wait_timeout_s)
