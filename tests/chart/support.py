@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import base64
 import json
-from functools import lru_cache
+from functools import cache
 
 from charts.generate import Rendered, render_chart
 
@@ -45,7 +45,7 @@ VALUE_SETS: dict[str, dict] = {
 }
 
 
-@lru_cache(maxsize=None)
+@cache
 def _render(values_json: str, namespace: str) -> Rendered:
     return render_chart(json.loads(values_json), namespace=namespace)
 

@@ -9,8 +9,8 @@ import copy
 import helm_python as helm
 import pytest
 import yaml
-
 from charts.generate import CHART, CRD_SOURCE
+
 from tests.chart.k8s_objects import validation_errors
 from tests.chart.support import VALUE_SETS, operator_container, render
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
 from charts import generate
+
 from tests.chart.k8s_objects import validation_errors
 from tpujob.api.crd import REGENERATE_COMMAND, render_crd_yaml
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 import yaml
-
 from charts.generate import INSTALL
+
 from tests.chart.support import VALUE_SETS, render
 from tpujob.controller.permissions import CLUSTER_ONLY, NAMESPACED, Rule
 

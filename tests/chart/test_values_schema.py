@@ -10,8 +10,8 @@ import helm_python as helm
 import jsonschema
 import pytest
 import yaml
-
 from charts.generate import CHART
+
 from tests.chart.support import VALUE_SETS
 
 pytestmark = pytest.mark.unit
