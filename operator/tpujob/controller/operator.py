@@ -1,0 +1,222 @@
+"""The running operator: kopf watches TpuTrainingJobs and the JobSets they own and keeps the
+latest of each in memory; every change puts the job on a work queue; workers reconcile it (in a
+thread, as the Kubernetes client is synchronous). kopf's own per-object state is not used: no
+annotations, no finalizers (deleting a job never waits for the operator; its children go by
+owner references), no timers (they would add finalizers)."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import logging
+import time
+from collections.abc import Hashable
+from typing import Any
+
+import kopf
+from kubernetes import client
+
+from tpujob.api.resource import GROUP, PLURAL, VERSION
+from tpujob.builders import names
+from tpujob.controller import admission
+from tpujob.controller.health import HealthServer
+from tpujob.controller.kube import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, ApiRefused, \
+    ApiUnavailable, KubeApi
+from tpujob.controller.metrics import OperatorMetrics
+from tpujob.controller.reconcile import Reconciler
+from tpujob.controller.settings import OperatorSettings
+from tpujob.controller.workqueue import WorkQueue
+
+log = logging.getLogger("tpujob.operator")
+WEBHOOK_ID = "validate-tputrainingjob"
+Key = tuple[str, str]
+
+
+def _rv(obj: dict[str, Any] | None) -> int | None:
+    try:
+        return int((obj or {}).get("metadata", {}).get("resourceVersion"))
+    except (TypeError, ValueError):
+        return None
+
+
+def _keep_newer(cache: dict[Key, dict[str, Any]], key: Key, obj: dict[str, Any]) -> None:
+    """Store obj unless the cache already holds a newer version of the same object (a watch
+    event can arrive after the operator's own write returned the newer one)."""
+    old = cache.get(key)
+    same = old is not None and old["metadata"].get("uid") == obj["metadata"].get("uid")
+    if same and _rv(old) is not None and _rv(obj) is not None and _rv(old) > _rv(obj):
+        return
+    cache[key] = obj
+
+
+def connection_info(config: client.Configuration) -> kopf.ConnectionInfo:
+    """kopf's credentials from the same client configuration the operator's calls use."""
+    if config.refresh_api_key_hook is not None:
+        config.refresh_api_key_hook(config)
+    auth = config.api_key.get("authorization") or config.api_key.get("BearerToken") or ""
+    scheme, _, token = auth.partition(" ") if " " in auth else ("Bearer", "", auth)
+    return kopf.ConnectionInfo(
+        server=config.host, ca_path=config.ssl_ca_cert, insecure=not config.verify_ssl,
+        scheme=scheme if token else None, token=token or None,
+        certificate_path=config.cert_file, private_key_path=config.key_file,
+        username=config.username or None, password=config.password or None)
+
+
+class Operator:
+    """One operator instance: its caches, work queue, reconciler, metrics and kopf registry."""
+
+    def __init__(self, settings: OperatorSettings, api_config: client.Configuration, *,
+                 ensure_policy=None, read_progress=None):
+        self.settings = settings
+        self.api_config = api_config
+        self.jobs: dict[Key, dict[str, Any]] = {}
+        self.jobsets: dict[Key, dict[str, Any]] = {}
+        self.metrics = OperatorMetrics(phases=self._phases)
+        self.kube = KubeApi(client.ApiClient(api_config))
+        self.reconciler = Reconciler(self.kube, settings, self.metrics,
+                                     ensure_policy=ensure_policy, read_progress=read_progress)
+        self.queue: WorkQueue | None = None
+        self.health: HealthServer | None = None
+        self.ready = False
+        self._failures: dict[Key, int] = {}
+
+    def _phases(self) -> list[str]:
+        return [(j.get("status") or {}).get("phase", "Pending") for j in list(self.jobs.values())]
+
+    # -- work --------------------------------------------------------------------------------
+    async def _work(self, key: Hashable) -> float | None:
+        job = self.jobs.get(key)
+        if job is None:
+            return None
+        started = time.perf_counter()
+        try:
+            outcome = await asyncio.to_thread(self.reconciler.reconcile, job,
+                                              self.jobsets.get(key))
+        except ApiUnavailable as err:
+            return self._retry(key, "unavailable", err, err.retry_after)
+        except ApiRefused as err:
+            return self._retry(key, "refused", err, None)
+        finally:
+            self.metrics.reconcile_seconds.observe(time.perf_counter() - started)
+            if self.queue is not None:
+                self.metrics.queue_depth.set(len(self.queue))
+        self._failures.pop(key, None)
+        self.metrics.reconciles.labels("ok").inc()
+        if outcome.job is not None:
+            _keep_newer(self.jobs, key, outcome.job)
+        if outcome.jobset is not None:
+            _keep_newer(self.jobsets, key, outcome.jobset)
+        return outcome.requeue_after
+
+    def _retry(self, key: Key, kind: str, err: Exception, retry_after: float | None) -> float:
+        self.metrics.reconciles.labels("error").inc()
+        self.metrics.api_errors.labels(kind).inc()
+        n = self._failures[key] = self._failures.get(key, 0) + 1
+        delays = self.settings.retry_delays_s
+        delay = max(retry_after or 0.0, delays[min(n - 1, len(delays) - 1)])
+        log.warning("%s/%s: %s; trying again in %.0f s", key[0], key[1], err, delay)
+        return delay
+
+    # -- watch events ------------------------------------------------------------------------
+    def on_job_event(self, event: dict[str, Any]) -> None:
+        obj = event.get("object") or {}
+        meta = obj.get("metadata") or {}
+        key = (meta.get("namespace", ""), meta.get("name", ""))
+        if event.get("type") == "DELETED":
+            self.jobs.pop(key, None)
+            self._failures.pop(key, None)
+            if self.queue is not None:
+                self.queue.forget(key)
+            return
+        _keep_newer(self.jobs, key, copy.deepcopy(obj))
+        if self.queue is not None:
+            self.queue.add(key)
+
+    def on_jobset_event(self, event: dict[str, Any]) -> None:
+        obj = event.get("object") or {}
+        meta = obj.get("metadata") or {}
+        owner = (meta.get("labels") or {}).get(names.LABEL_JOB)
+        if not owner:
+            return
+        key = (meta.get("namespace", ""), owner)
+        if event.get("type") == "DELETED":
+            if (self.jobsets.get(key) or {}).get("metadata", {}).get("uid") == meta.get("uid"):
+                self.jobsets.pop(key, None)
+        else:
+            _keep_newer(self.jobsets, key, copy.deepcopy(obj))
+        if self.queue is not None and key in self.jobs:
+            self.queue.add(key)
+
+    # -- kopf --------------------------------------------------------------------------------
+    def kopf_settings(self) -> kopf.OperatorSettings:
+        ks = kopf.OperatorSettings()
+        s = self.settings
+        ks.watching.server_timeout = s.watch_server_timeout_s
+        ks.watching.client_timeout = s.watch_client_timeout_s
+        ks.watching.connect_timeout = s.watch_connect_timeout_s
+        ks.posting.enabled = False          # the operator writes its own Events
+        ks.scanning.disabled = not s.clusterwide   # listing CRDs needs cluster-wide rights
+        if s.webhook:
+            cert_dir = s.webhook_cert_dir.rstrip("/")
+            insecure = bool(s.extra.get("webhook_insecure"))
+            ks.admission.server = kopf.WebhookServer(
+                addr=s.webhook_host, port=s.webhook_port, insecure=insecure,
+                certfile=None if insecure else f"{cert_dir}/tls.crt",
+                pkeyfile=None if insecure else f"{cert_dir}/tls.key")
+            ks.admission.managed = None     # the Helm chart owns the webhook configuration
+        return ks
+
+    def registry(self) -> kopf.OperatorRegistry:
+        registry = kopf.OperatorRegistry()
+        op = self
+
+        @kopf.on.login(registry=registry)
+        def login(**_: Any) -> kopf.ConnectionInfo:
+            return connection_info(op.api_config)
+
+        @kopf.on.startup(registry=registry)
+        async def startup(**_: Any) -> None:
+            op.queue = WorkQueue(op._work, workers=op.settings.workers)
+            op.queue.start()
+            for key in list(op.jobs):
+                op.queue.add(key)
+            if op.settings.http_port is not None:
+                op.health = HealthServer(op, op.settings.http_host, op.settings.http_port)
+                await op.health.start()
+            op.ready = True
+            log.info("tpujob operator started (%s)", "all namespaces" if op.settings.clusterwide
+                     else "namespaces " + ", ".join(op.settings.namespaces))
+
+        @kopf.on.cleanup(registry=registry)
+        async def cleanup(**_: Any) -> None:
+            op.ready = False
+            if op.queue is not None:
+                await op.queue.stop()
+            if op.health is not None:
+                await op.health.stop()
+
+        @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+        def job_event(event: dict[str, Any], **_: Any) -> None:
+            op.on_job_event(event)
+
+        @kopf.on.event(JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL, registry=registry,
+                       labels={names.LABEL_MANAGED_BY: names.MANAGED_BY})
+        def jobset_event(event: dict[str, Any], **_: Any) -> None:
+            op.on_jobset_event(event)
+
+        if self.settings.webhook:
+            @kopf.on.validate(GROUP, VERSION, PLURAL, id=WEBHOOK_ID, registry=registry,
+                              operations=["CREATE", "UPDATE"])
+            def validate(body: Any, old: Any, **_: Any) -> None:
+                refusal = admission.review(copy.deepcopy(dict(body)),
+                                           copy.deepcopy(dict(old)) if old else None)
+                if refusal:
+                    raise kopf.AdmissionError(refusal, code=422)
+
+        return registry
+
+    async def run(self, *, stop_flag=None, ready_flag=None) -> None:
+        await kopf.operator(
+            registry=self.registry(), settings=self.kopf_settings(), standalone=True,
+            clusterwide=self.settings.clusterwide, namespaces=list(self.settings.namespaces),
+            stop_flag=stop_flag, ready_flag=ready_flag)

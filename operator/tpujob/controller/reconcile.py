@@ -1,0 +1,209 @@
+"""Reconciling one TpuTrainingJob: observe, decide, act, write the status once. Level-based and
+idempotent, so it can run again at any point (after an operator restart, a lost watch, a failed
+call) without creating anything twice: every child has a fixed name, and a child that already
+exists is adopted only when it is the job's own."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from pydantic import ValidationError
+
+from tpujob.api.status import FailureReason, Phase, TpuTrainingJobStatus
+from tpujob.builders.fingerprint import FINGERPRINT_ANNOTATION, changed_fields
+from tpujob.builders.jobset import build_children
+from tpujob.controller.decide import Action, Decision, Observation, decide
+from tpujob.controller.kube import ApiRefused, ApiUnavailable, KubeApi
+from tpujob.controller.metrics import OperatorMetrics
+from tpujob.controller.observe import (
+    JobSetState,
+    ProgressReading,
+    explain_failure,
+    find_process_zero,
+    read_container_exits,
+)
+from tpujob.controller.progress import fetch_progress
+from tpujob.controller.settings import OperatorSettings
+from tpujob.validation import Verdict, validate_job
+
+log = logging.getLogger("tpujob.operator")
+PolicyEnsurer = Callable[[str, str], None]   # (policy name, accelerator topology)
+
+
+@dataclass(frozen=True)
+class Outcome:
+    phase: Phase
+    requeue_after: float | None
+    job: dict[str, Any] | None = None      # the job as the status patch left it
+    jobset: dict[str, Any] | None = None   # the JobSet as created
+
+
+def _status_patch(prev: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """A merge patch from prev to new: changed keys, and null for the ones that went away."""
+    patch: dict[str, Any] = {k: v for k, v in new.items() if prev.get(k) != v}
+    patch.update({k: None for k in prev if k not in new})
+    return patch
+
+
+def _previous_status(job: dict[str, Any]) -> TpuTrainingJobStatus:
+    try:
+        return TpuTrainingJobStatus.model_validate(job.get("status") or {})
+    except ValidationError:
+        return TpuTrainingJobStatus()  # written by something else: start from scratch
+
+
+class Reconciler:
+    def __init__(self, kube: KubeApi, settings: OperatorSettings,
+                 metrics: OperatorMetrics | None = None, *,
+                 ensure_policy: PolicyEnsurer | None = None,
+                 read_progress: Callable[[str, int], ProgressReading | None] | None = None,
+                 clock: Callable[[], datetime] = lambda: datetime.now(UTC)):
+        self.kube = kube
+        self.settings = settings
+        self.metrics = metrics or OperatorMetrics()
+        self.ensure_policy = ensure_policy
+        self.read_progress = read_progress or (
+            lambda ip, port: fetch_progress(ip, port, settings.progress_timeout_s))
+        self.clock = clock
+        self._ensured_policies: set[str] = set()
+        # (namespace, JobSet uid, JobSet restarts) -> process 0's (IP, port)
+        self._process_zero: dict[tuple[str, str, int], tuple[str, int]] = {}
+
+    # -- observing ---------------------------------------------------------------------------
+    def _blocked_by_policy(self, verdict: Verdict) -> tuple[FailureReason, str] | None:
+        plan = verdict.plan
+        if self.ensure_policy is None or plan is None or not plan.workload_policy:
+            return None
+        if plan.workload_policy in self._ensured_policies:
+            return None
+        try:
+            self.ensure_policy(plan.workload_policy, plan.slice_type.topology)
+        except Exception as err:  # the Compute client's errors carry a reason and a message
+            message = getattr(err, "message", None) or str(err)
+            return FailureReason.WORKLOAD_POLICY, f"workload policy {plan.workload_policy}: " \
+                                                  f"{message}"
+        self._ensured_policies.add(plan.workload_policy)
+        return None
+
+    def _failure(self, ns: str, name: str) -> tuple[FailureReason, str] | None:
+        return explain_failure(read_container_exits(self.kube.list_pods(ns, name)))
+
+    def _progress(self, ns: str, name: str, js: JobSetState) -> ProgressReading | None:
+        key = (ns, js.uid or "", js.restarts)
+        address = self._process_zero.get(key)
+        if address is None:
+            address = find_process_zero(self.kube.list_pods(ns, name))
+            if address is None:
+                return None
+            self._process_zero = {k: v for k, v in self._process_zero.items()
+                                  if k[:2] != key[:2]}
+            self._process_zero[key] = address
+        reading = self.read_progress(*address)
+        self.metrics.progress_reads.labels("ok" if reading else "none").inc()
+        if reading is None:
+            self._process_zero.pop(key, None)  # look the pod up again next time
+        return reading
+
+    def observe(self, job: dict[str, Any], jobset: dict[str, Any] | None,
+                prev: TpuTrainingJobStatus) -> Observation:
+        meta = job["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        verdict = validate_job(job)
+        js = JobSetState.from_object(jobset)
+        blocked = None
+        if js.exists and js.owner_uid != meta.get("uid"):
+            blocked = (FailureReason.CONFLICT,
+                       f"a JobSet named {name} already exists in namespace {ns} and does not "
+                       "belong to this job; delete it, or give the job another name")
+            js = JobSetState.missing()
+        elif verdict.valid and not js.exists:
+            blocked = self._blocked_by_policy(verdict)
+        spec_matches, changed = True, ()
+        if js.exists and verdict.valid:
+            annotation = ((jobset or {}).get("metadata", {}).get("annotations") or {}).get(
+                FINGERPRINT_ANNOTATION)
+            changed = changed_fields(verdict.job.spec, annotation)
+            spec_matches = not changed
+        failure = None
+        if js.exists and (js.failed or js.restarts > prev.jobset_restarts):
+            failure = self._failure(ns, name)
+        progress = None
+        if js.exists and js.all_ready and not js.suspended and not js.failed \
+                and not js.completed:
+            progress = self._progress(ns, name, js)
+        return Observation(now=self.clock(), generation=int(meta.get("generation", 0)),
+                           verdict=verdict, jobset=js, spec_matches=spec_matches,
+                           changed_fields=changed, failure=failure, progress=progress,
+                           blocked=blocked)
+
+    # -- acting ----------------------------------------------------------------------------
+    def _create_children(self, job: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
+        meta = job["metadata"]
+        made: dict[str, Any] = {}
+        for child in build_children(job, verdict.job.spec, verdict.plan):
+            if child["kind"] == "ConfigMap":
+                self.kube.apply_config_map(child)
+                continue
+            made = self.kube.create_jobset(child)
+            owner = JobSetState.from_object(made).owner_uid
+            if owner != meta.get("uid"):
+                raise ApiUnavailable(f"JobSet {meta['namespace']}/{meta['name']} exists and "
+                                     "belongs to something else")
+        return made
+
+    def act(self, job: dict[str, Any], obs: Observation, decision: Decision
+            ) -> dict[str, Any] | None:
+        """Carry out the decision's actions; returns the JobSet when one was created."""
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        created = None
+        for action in decision.actions:
+            log.info("%s/%s: %s", ns, name, action.value)
+            if action == Action.CREATE_CHILDREN:
+                created = self._create_children(job, obs.verdict)
+            elif action in (Action.SUSPEND, Action.STOP):
+                self.kube.set_jobset_suspend(ns, name, True)
+            elif action == Action.RESUME:
+                self.kube.set_jobset_suspend(ns, name, False)
+            elif action == Action.RESTART:
+                self.kube.restart_jobs(ns, name)
+            elif action == Action.RECREATE:
+                self.kube.delete_jobset(ns, name, obs.jobset.uid)
+        return created
+
+    # -- the whole pass --------------------------------------------------------------------
+    def reconcile(self, job: dict[str, Any], jobset: dict[str, Any] | None) -> Outcome:
+        """One pass over one job; raises ApiUnavailable / ApiRefused when a call fails (the
+        caller retries later; nothing is half-written: the status is written last)."""
+        meta = job["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        prev = _previous_status(job)
+        if meta.get("deletionTimestamp") or prev.phase in (Phase.SUCCEEDED, Phase.FAILED):
+            return Outcome(prev.phase, None)
+        obs = self.observe(job, jobset, prev)
+        decision = decide(prev, obs)
+        created = self.act(job, obs, decision)
+        before = (job.get("status") or {})
+        after = decision.status.to_dict()
+        patch = _status_patch(before, after)
+        patched = self.kube.patch_status(ns, name, patch) if patch else None
+        for event in decision.events:
+            self.metrics.events.labels(event.reason).inc()
+            self.kube.create_event(job, event.type, event.reason, event.message)
+        return Outcome(decision.status.phase, self._next_look(decision.status.phase, obs),
+                       job=patched, jobset=created)
+
+    def _next_look(self, phase: Phase, obs: Observation) -> float | None:
+        if phase.is_terminal:
+            return None
+        if obs.blocked is not None:
+            return self.settings.retry_delays_s[-2]
+        if phase in (Phase.RUNNING, Phase.STARTING, Phase.RESTARTING):
+            return self.settings.progress_interval_s
+        return self.settings.resync_interval_s
+
+
+__all__ = ["ApiRefused", "ApiUnavailable", "Outcome", "Reconciler"]

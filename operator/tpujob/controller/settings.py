@@ -1,0 +1,35 @@
+"""The operator's settings: what it watches, how often it looks, where it serves health, metrics
+and the admission webhook. One frozen dataclass, filled from the command line."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass(frozen=True)
+class OperatorSettings:
+    namespaces: tuple[str, ...] = ()          # empty: every namespace
+    http_host: str = "0.0.0.0"
+    http_port: int | None = 8080              # /healthz, /readyz, /metrics; None: off
+    webhook: bool = False
+    webhook_host: str = "0.0.0.0"
+    webhook_port: int = 9443
+    webhook_cert_dir: str = "/etc/tpujob/webhook"   # tls.crt and tls.key
+    workload_policies: Any = None             # tpujob.gcp settings when policies are managed
+    progress_interval_s: float = 15.0         # how often a running job's progress is read
+    resync_interval_s: float = 60.0           # every job is looked at again at least this often
+    retry_delays_s: tuple[float, ...] = (1, 2, 5, 10, 30, 60)
+    workers: int = 4                          # jobs reconciled at the same time
+    progress_timeout_s: float = 2.0
+    # Watches end and restart on this schedule, so a silently dead connection is noticed
+    # (otherwise handlers can stop firing with no error at all).
+    watch_server_timeout_s: int = 300
+    watch_client_timeout_s: int = 330
+    watch_connect_timeout_s: int = 30
+    log_format: str = "text"                  # text or json
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def clusterwide(self) -> bool:
+        return not self.namespaces
