@@ -75,6 +75,8 @@ def test_deployment_is_a_hardened_single_replica():
         "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
     assert container["resources"] == {"requests": {"cpu": "100m", "memory": "256Mi"},
                                       "limits": {"memory": "512Mi"}}
+    assert container["env"] == [{"name": "POD_ID", "valueFrom": {
+        "fieldRef": {"fieldPath": "metadata.name"}}}]
     # A read-only root needs somewhere writable for temporary files.
     assert {"name": "tmp", "mountPath": "/tmp"} in container["volumeMounts"]
     assert pod["serviceAccountName"] == render().one("ServiceAccount")["metadata"]["name"]
