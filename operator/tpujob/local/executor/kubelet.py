@@ -1,0 +1,660 @@
+"""The kubelet of the local executor: runs each pod's containers as local processes and reports
+their state back as pod status.
+
+A pod gets its own loopback address (its podIP and hostIP, see `network`), a directory with its
+volumes (ConfigMap and Secret files, emptyDirs), and per container a working directory, a
+termination message file and a log file (stdout and stderr together, one file per start).
+Container paths in command, args and env values are mapped to those host paths, and pod DNS
+names to addresses. Processes run in their own session, so that stopping a container stops
+everything it started: SIGTERM, then SIGKILL when the (scaled) grace period is over.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tpujob_trainer import env as trainer_env
+
+from . import keys
+from .keys import PodPhase
+from .network import LocalNetwork
+from .objects import find_condition, format_time, is_deleting, is_pod_terminal, meta, uid
+from .podenv import ContainerConfigError, Lookup, PathMap, expand_command, resolve_env
+from .settings import ExecutorSettings
+
+log = logging.getLogger(__name__)
+
+NOT_LOCATED = "The container could not be located when the pod was terminated"
+
+
+@dataclass
+class ContainerRun:
+    """One container of a running pod, across its restarts."""
+
+    spec: dict[str, Any]
+    dir: Path
+    init: bool = False
+    restart_count: int = 0
+    proc: subprocess.Popen | None = None
+    log_path: Path | None = None
+    started_at: float | None = None
+    terminated: dict[str, Any] | None = None
+    last_terminated: dict[str, Any] | None = None
+    waiting: tuple[str, str] | None = ("ContainerCreating", "")
+    next_start: float = 0.0
+    _log_file: Any = None
+
+    @property
+    def name(self) -> str:
+        return self.spec["name"]
+
+    @property
+    def term_path(self) -> Path:
+        return self.dir / "termination-log"
+
+    @property
+    def is_alive(self) -> bool:
+        return self.proc is not None and self.terminated is None
+
+
+@dataclass
+class PodRun:
+    """A pod this kubelet admitted: its address, directory and containers."""
+
+    pod: dict[str, Any]
+    ip: str
+    dir: Path
+    containers: list[ContainerRun]
+    init_containers: list[ContainerRun]
+    admitted_at: float
+    volumes: dict[str, Path] | None = None
+    stop_deadline: float | None = None  # set once stopping: SIGKILL after it
+    gone: bool = False  # the pod object no longer exists
+    error: tuple[str, str] | None = None  # why containers cannot start yet
+
+    @property
+    def key(self) -> tuple[str, str]:
+        return meta(self.pod).get("namespace", ""), meta(self.pod).get("name", "")
+
+    @property
+    def stopping(self) -> bool:
+        return self.stop_deadline is not None
+
+    def live(self) -> list[ContainerRun]:
+        return [c for c in self.init_containers + self.containers if c.is_alive]
+
+
+def exit_code_of(returncode: int) -> int:
+    """A container runtime's exit code: 128 + N for a process killed by signal N."""
+    return returncode if returncode >= 0 else 128 - returncode
+
+
+def read_tail(path: Path, max_lines: int, max_bytes: int) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - max_bytes))
+            data = f.read()
+    except OSError:
+        return ""
+    lines = data.decode(errors="replace").splitlines()[-max_lines:]
+    return "\n".join(lines)
+
+
+class Kubelet:
+    """Runs pods as processes; `sync` is called from the executor's loop only."""
+
+    def __init__(self, workdir: Path, network: LocalNetwork, settings: ExecutorSettings,
+                 lookup: Lookup, wake: Callable[[], None]) -> None:
+        self.workdir = workdir
+        self.network = network
+        self.settings = settings
+        self.lookup = lookup
+        self.wake = wake
+        self.runs: dict[str, PodRun] = {}  # pod uid -> run
+        self.finished: dict[str, PodRun] = {}  # stopped runs, kept for their logs
+        self.lock = threading.RLock()
+
+    # -- the sync ----------------------------------------------------------------------------
+
+    def sync(self, pods: list[dict[str, Any]], now: float
+             ) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+        """Bring processes in line with `pods` (the pods this node runs); returns the status
+        writes to make, as (pod, new status) pairs."""
+        writes = []
+        with self.lock:
+            seen = set()
+            for pod in pods:
+                seen.add(uid(pod))
+                status = self._sync_pod(pod, now)
+                if status is not None and status != (pod.get("status") or {}):
+                    writes.append((pod, status))
+            for pod_uid, run in list(self.runs.items()):
+                if pod_uid not in seen:
+                    run.gone = True
+                    self._begin_stop(run, now)
+                    self._step(run, now)
+                self._retire_if_done(pod_uid, run)
+        return writes
+
+    def _sync_pod(self, pod: dict[str, Any], now: float) -> dict[str, Any] | None:
+        run = self.runs.get(uid(pod))
+        if run is None:
+            if is_pod_terminal(pod):
+                return None
+            if uid(pod) in self.finished:  # its final status has not been written yet
+                return build_pod_status(self.finished[uid(pod)], now)
+            if _has_started(pod):  # started by an earlier executor: its processes are gone
+                return build_lost_status(pod, now)
+            if is_deleting(pod):
+                return build_lost_status(pod, now, started=False)
+            run = self._admit(pod, now)
+            if run is None:
+                return None
+        run.pod = pod
+        if is_deleting(pod):
+            self._begin_stop(run, now)
+        self._step(run, now)
+        return build_pod_status(run, now)
+
+    def _retire_if_done(self, pod_uid: str, run: PodRun) -> None:
+        if run.live():
+            return
+        phase = build_pod_status(run, time.time())["phase"]
+        if run.gone or phase in (PodPhase.SUCCEEDED, PodPhase.FAILED):
+            for c in run.init_containers + run.containers:
+                _close_log(c)
+            self.finished[pod_uid] = self.runs.pop(pod_uid)
+
+    def busy_addresses(self) -> set[str]:
+        with self.lock:
+            return {run.ip for run in self.runs.values()}
+
+    # -- admission ---------------------------------------------------------------------------
+
+    def _admit(self, pod: dict[str, Any], now: float) -> PodRun | None:
+        ip = self.network.pod_address(pod)
+        if ip in self.busy_addresses():
+            return None  # the previous pod with this DNS name is still stopping
+        ns, name = meta(pod).get("namespace", ""), meta(pod).get("name", "")
+        pod_dir = self.workdir / "pods" / ns / name
+        if pod_dir.exists():
+            pod_dir = pod_dir.with_name(f"{name}.{uid(pod)[:8]}")
+        spec = pod.get("spec") or {}
+
+        def containers(items: list[dict[str, Any]], init: bool) -> list[ContainerRun]:
+            return [ContainerRun(spec=c, dir=pod_dir / "containers" / c["name"], init=init)
+                    for c in items]
+        run = PodRun(pod=pod, ip=ip, dir=pod_dir, admitted_at=now,
+                     containers=containers(spec.get("containers") or [], False),
+                     init_containers=containers(spec.get("initContainers") or [], True))
+        for c in run.init_containers + run.containers:
+            c.dir.mkdir(parents=True, exist_ok=True)
+        self.runs[uid(pod)] = run
+        return run
+
+    def _prepare_volumes(self, run: PodRun) -> dict[str, Path]:
+        """Materialize the pod's volumes (once): ConfigMap/Secret keys as files, emptyDirs."""
+        if run.volumes is not None:
+            return run.volumes
+        ns = run.key[0]
+        volumes: dict[str, Path] = {}
+        for volume in (run.pod.get("spec") or {}).get("volumes") or []:
+            target = run.dir / "volumes" / volume["name"]
+            if "hostPath" in volume:
+                volumes[volume["name"]] = Path(volume["hostPath"]["path"])
+                continue
+            target.mkdir(parents=True, exist_ok=True)
+            for kind, key, ref in (("ConfigMap", "configMap", "name"),
+                                   ("Secret", "secret", "secretName")):
+                source = volume.get(key)
+                if source is not None:
+                    _write_items(kind, source, source.get(ref, ""), ns, target, self.lookup)
+            volumes[volume["name"]] = target
+        run.volumes = volumes
+        return volumes
+
+    def _path_map(self, run: PodRun, container: ContainerRun) -> PathMap:
+        mapping: dict[str, str] = {}
+        volumes = run.volumes or {}
+        for mount in container.spec.get("volumeMounts") or []:
+            base = volumes.get(mount["name"])
+            if base is not None:
+                host = base / mount["subPath"] if mount.get("subPath") else base
+                mapping[mount["mountPath"]] = str(host)
+        term = container.spec.get("terminationMessagePath") or keys.DEFAULT_TERMINATION_MESSAGE_PATH
+        mapping[term] = str(container.term_path)
+        workdir = container.spec.get("workingDir")
+        if workdir and workdir.startswith("/") and PathMap(mapping).host_path(workdir) is None:
+            mapping[workdir] = str(container.dir)
+        return PathMap(mapping)
+
+    # -- starting and stopping ---------------------------------------------------------------
+
+    def _step(self, run: PodRun, now: float) -> None:
+        """Reap exited processes, kill past the grace period, start what is due."""
+        for c in run.init_containers + run.containers:
+            if c.is_alive and c.proc.poll() is not None:
+                self._record_exit(run, c, now)
+        if run.stopping:
+            if now >= run.stop_deadline:
+                for c in run.live():
+                    _signal_group(c.proc, signal.SIGKILL)
+            return
+        if _pod_outcome(run) is not None:
+            return
+        restart = (run.pod.get("spec") or {}).get("restartPolicy", "Always")
+        for c in run.init_containers + run.containers:
+            if c.terminated is not None and _should_restart(c, restart):
+                if c.next_start == 0.0:
+                    delay = min(self.settings.container_backoff_s * 2 ** c.restart_count, 300)
+                    c.next_start = now + delay
+                    c.waiting = ("CrashLoopBackOff", f"back-off {delay:g}s restarting failed "
+                                 f"container={c.name} pod={run.key[1]}")
+                if now >= c.next_start:
+                    c.last_terminated, c.terminated = c.terminated, None
+                    c.restart_count += 1
+                    c.next_start = 0.0
+                    self._start(run, c, now)
+        pending_init = [c for c in run.init_containers if not _init_done(c)]
+        if pending_init:
+            first = pending_init[0]
+            if first.proc is None and first.terminated is None:
+                self._start(run, first, now)
+            return
+        for c in run.containers:
+            if c.proc is None and c.terminated is None:
+                self._start(run, c, now)
+
+    def _start(self, run: PodRun, c: ContainerRun, now: float) -> None:
+        try:
+            self._prepare_volumes(run)
+            paths = self._path_map(run, c)
+            env = self._container_env(run, c, paths)
+        except ContainerConfigError as err:
+            c.waiting = ("CreateContainerConfigError", str(err))
+            return
+        except OSError as err:
+            c.waiting = ("ContainerCreating", f"MountVolume.SetUp failed: {err}")
+            return
+        argv = [self.network.rewrite(run.key[0], paths.apply(a))
+                for a in expand_command(c.spec, env)]
+        c.terminated, c.waiting = None, None
+        executable = resolve_executable(c.spec, argv, env, paths)
+        if executable is None:
+            c.started_at = now
+            c.terminated = {
+                "exitCode": 128, "reason": "StartError", "startedAt": format_time(now),
+                "finishedAt": format_time(now),
+                "message": _start_error_message(c.spec, argv)}
+            return
+        workdir = paths.host_path(c.spec.get("workingDir") or "") or str(c.dir)
+        Path(workdir).mkdir(parents=True, exist_ok=True)
+        c.term_path.write_bytes(b"")
+        c.log_path = c.dir / f"{c.restart_count}.log"
+        c._log_file = open(c.log_path, "ab", buffering=0)  # noqa: SIM115 - kept while running
+        try:
+            c.proc = subprocess.Popen([executable, *argv[1:]], cwd=workdir, env=env,
+                                      stdin=subprocess.DEVNULL, stdout=c._log_file,
+                                      stderr=subprocess.STDOUT, start_new_session=True)
+        except OSError as err:
+            _close_log(c)
+            c.terminated = {"exitCode": 128, "reason": "StartError",
+                            "startedAt": format_time(now), "finishedAt": format_time(now),
+                            "message": f"failed to start {argv[0]!r}: {err}"}
+            return
+        c.started_at = now
+        threading.Thread(target=self._await_exit, args=(c.proc,), daemon=True,
+                         name=f"wait-{c.proc.pid}").start()
+
+    def _await_exit(self, proc: subprocess.Popen) -> None:
+        proc.wait()
+        self.wake()
+
+    def _record_exit(self, run: PodRun, c: ContainerRun, now: float) -> None:
+        code = exit_code_of(c.proc.returncode)
+        _signal_group(c.proc, signal.SIGKILL)  # whatever the container left behind goes too
+        _close_log(c)
+        message = _read_text(c.term_path, keys.TERMINATION_MESSAGE_MAX_BYTES)
+        policy = c.spec.get("terminationMessagePolicy", "File")
+        if not message and code != 0 and policy == "FallbackToLogsOnError" and c.log_path:
+            message = read_tail(c.log_path, keys.FALLBACK_LOG_LINES, keys.FALLBACK_LOG_BYTES)
+        c.terminated = {"exitCode": code, "reason": "Completed" if code == 0 else "Error",
+                        "startedAt": format_time(c.started_at or now),
+                        "finishedAt": format_time(now),
+                        "containerID": f"local://{c.proc.pid}"}
+        if message:
+            c.terminated["message"] = message
+
+    def _begin_stop(self, run: PodRun, now: float) -> None:
+        if run.stopping:
+            return
+        grace = (run.pod.get("spec") or {}).get("terminationGracePeriodSeconds")
+        run.stop_deadline = now + self.settings.grace_seconds(grace, keys.DEFAULT_GRACE_SECONDS)
+        for c in run.live():
+            _signal_group(c.proc, signal.SIGTERM)
+        if run.live():
+            timer = threading.Timer(max(0.0, run.stop_deadline - now) + 0.01, self.wake)
+            timer.daemon = True
+            timer.start()
+
+    def stop_all(self, timeout: float) -> None:
+        """Stop every process: SIGTERM, SIGKILL after `timeout` at most, and reap them."""
+        with self.lock:
+            runs = list(self.runs.values())
+            deadline = time.time() + timeout
+            for run in runs:
+                for c in run.live():
+                    _signal_group(c.proc, signal.SIGTERM)
+            for run in runs:
+                for c in run.live():
+                    try:
+                        c.proc.wait(timeout=max(0.0, deadline - time.time()))
+                    except subprocess.TimeoutExpired:
+                        _signal_group(c.proc, signal.SIGKILL)
+                        c.proc.wait()
+                    self._record_exit(run, c, time.time())
+            self.finished.update(self.runs)
+            self.runs.clear()
+
+    # -- environment -------------------------------------------------------------------------
+
+    def _container_env(self, run: PodRun, c: ContainerRun, paths: PathMap) -> dict[str, str]:
+        spec = run.pod.get("spec") or {}
+        base = {k: os.environ[k] for k in self.settings.inherit_env if k in os.environ}
+        venv_bin = str(Path(sys.executable).parent)
+        base["PATH"] = os.pathsep.join(p for p in (venv_bin, base.get("PATH")) if p)
+        base.update(self.settings.extra_env)
+        base["HOSTNAME"] = spec.get("hostname") or run.key[1]
+        pod = _with_addresses(run.pod, run.ip)
+        env = resolve_env(pod, c.spec, self.lookup, base)
+        ns = run.key[0]
+        for k, v in env.items():
+            if base.get(k) != v:
+                env[k] = self.network.rewrite(ns, paths.apply(v))
+        return apply_local_overrides(env, run.ip, str(c.term_path), self.settings)
+
+    # -- inspection --------------------------------------------------------------------------
+
+    def find_run(self, namespace: str, name: str) -> PodRun | None:
+        with self.lock:
+            candidates = [r for r in list(self.runs.values()) + list(self.finished.values())
+                          if r.key == (namespace, name)]
+        return max(candidates, key=lambda r: r.admitted_at) if candidates else None
+
+    def processes(self) -> list[dict[str, Any]]:
+        with self.lock:
+            return [{"namespace": run.key[0], "pod": run.key[1], "uid": uid(run.pod),
+                     "container": c.name, "pid": c.proc.pid, "ip": run.ip}
+                    for run in self.runs.values() for c in run.live()]
+
+
+# -- local environment -----------------------------------------------------------------------
+
+def apply_local_overrides(env: dict[str, str], ip: str, termination_log: str,
+                          settings: ExecutorSettings) -> dict[str, str]:
+    """What changes when a TPU container runs as a CPU process here: the address to bind, the
+    termination log, JAX on CPU, and CPU devices per process (with the optional scale-down)."""
+    env = dict(env)
+    env[trainer_env.BIND_ADDRESS] = ip
+    env[trainer_env.TERMINATION_LOG] = termination_log
+    if settings.jax_platforms:
+        env["JAX_PLATFORMS"] = settings.jax_platforms
+    try:
+        processes = int(env.get(trainer_env.PROCESS_COUNT) or 1)
+        expected = int(env[trainer_env.EXPECTED_DEVICES]) \
+            if env.get(trainer_env.EXPECTED_DEVICES) else None
+    except ValueError:
+        return env  # malformed: the trainer reports it
+    if settings.cpu_devices_per_process:
+        env[trainer_env.CPU_DEVICES] = str(settings.cpu_devices_per_process)
+        if expected is not None:
+            env[trainer_env.EXPECTED_DEVICES] = str(settings.cpu_devices_per_process * processes)
+    elif expected is not None and processes > 0 and expected % processes == 0 and \
+            not env.get(trainer_env.CPU_DEVICES):
+        env[trainer_env.CPU_DEVICES] = str(expected // processes)
+    return env
+
+
+def resolve_executable(spec: dict[str, Any], argv: list[str], env: dict[str, str],
+                       paths: PathMap) -> str | None:
+    """The host program for argv[0]: a mapped container path, the interpreter for python, the
+    script next to this interpreter (the venv's `tpujob-train`), else on the container's PATH.
+    None when the container has no command (its image entrypoint is unknown here)."""
+    if not spec.get("command") or not argv:
+        return None
+    program = argv[0]
+    if "/" in program:
+        mapped = paths.host_path(program) or program
+        return mapped if os.access(mapped, os.X_OK) else None
+    if program in ("python", "python3"):
+        return sys.executable
+    beside = Path(sys.executable).parent / program
+    if beside.is_file() and os.access(beside, os.X_OK):
+        return str(beside)
+    found = shutil.which(program, path=env.get("PATH"))
+    return os.path.abspath(found) if found else None
+
+
+def _start_error_message(spec: dict[str, Any], argv: list[str]) -> str:
+    if not spec.get("command"):
+        return ("the container has no command and the image's entrypoint is not known "
+                f"locally (image {spec.get('image', '')!r})")
+    return (f'failed to create containerd task: exec: "{argv[0]}": executable file not found '
+            "in $PATH")
+
+
+def _with_addresses(pod: dict[str, Any], ip: str) -> dict[str, Any]:
+    status = dict(pod.get("status") or {})
+    status.update(podIP=ip, hostIP=ip, podIPs=[{"ip": ip}], hostIPs=[{"ip": ip}])
+    return {**pod, "status": status}
+
+
+def _write_items(kind: str, source: dict[str, Any], obj_name: str, ns: str, target: Path,
+                 lookup: Lookup) -> None:
+    obj = lookup(kind, ns, obj_name)
+    if obj is None:
+        if source.get("optional"):
+            return
+        raise ContainerConfigError(f'{kind.lower()} "{obj_name}" not found')
+    data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()} \
+        if kind == "Secret" else \
+        {**{k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()},
+         **{k: v.encode() for k, v in (obj.get("data") or {}).items()}}
+    items = source.get("items")
+    paths = {i["key"]: i["path"] for i in items} if items else {k: k for k in data}
+    mode = int(source.get("defaultMode", 0o644))
+    for key, rel in paths.items():
+        if key not in data:
+            if source.get("optional"):
+                continue
+            raise ContainerConfigError(f"couldn't find key {key} in {kind} {ns}/{obj_name}")
+        path = target / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(data[key])
+        path.chmod(mode | 0o600)
+
+
+def _signal_group(proc: subprocess.Popen | None, sig: int) -> None:
+    if proc is None:
+        return
+    try:
+        os.killpg(proc.pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _close_log(c: ContainerRun) -> None:
+    if c._log_file is not None:
+        c._log_file.close()
+        c._log_file = None
+
+
+def _read_text(path: Path, limit: int) -> str:
+    try:
+        return path.read_bytes()[:limit].decode(errors="replace").strip()
+    except OSError:
+        return ""
+
+
+def _init_done(c: ContainerRun) -> bool:
+    return c.terminated is not None and c.terminated["exitCode"] == 0
+
+
+def _should_restart(c: ContainerRun, policy: str) -> bool:
+    if policy == "Always" and not c.init:
+        return True
+    return policy in ("Always", "OnFailure") and c.terminated["exitCode"] != 0
+
+
+def _has_started(pod: dict[str, Any]) -> bool:
+    status = pod.get("status") or {}
+    return status.get("phase") == PodPhase.RUNNING or any(
+        "running" in (s.get("state") or {}) for s in status.get("containerStatuses") or [])
+
+
+def _pod_outcome(run: PodRun) -> str | None:
+    """Succeeded/Failed once the pod's containers are done for good, else None."""
+    restart = (run.pod.get("spec") or {}).get("restartPolicy", "Always")
+    if run.live():
+        return None
+    if run.stopping:
+        ok = all(c.terminated is not None and c.terminated["exitCode"] == 0
+                 for c in run.containers)
+        return PodPhase.SUCCEEDED if ok else PodPhase.FAILED
+    failed_init = next((c for c in run.init_containers
+                        if c.terminated is not None and c.terminated["exitCode"] != 0), None)
+    if failed_init is not None and restart == "Never":
+        return PodPhase.FAILED
+    if not run.containers or any(c.terminated is None for c in run.containers):
+        return None
+    codes = [c.terminated["exitCode"] for c in run.containers]
+    if restart == "Never":
+        return PodPhase.SUCCEEDED if all(code == 0 for code in codes) else PodPhase.FAILED
+    if restart == "OnFailure" and all(code == 0 for code in codes):
+        return PodPhase.SUCCEEDED
+    return None
+
+
+# -- status ------------------------------------------------------------------------------------
+
+def _container_status(c: ContainerRun) -> dict[str, Any]:
+    if c.terminated is not None:
+        state: dict[str, Any] = {"terminated": c.terminated}
+    elif c.is_alive:
+        state = {"running": {"startedAt": format_time(c.started_at or 0)}}
+    else:
+        reason, message = c.waiting or ("ContainerCreating", "")
+        state = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
+    status = {"name": c.name, "state": state, "ready": c.is_alive and not c.init,
+              "restartCount": c.restart_count, "image": c.spec.get("image", ""), "imageID": "",
+              "started": c.is_alive}
+    if c.proc is not None:
+        status["containerID"] = f"local://{c.proc.pid}"
+    if c.last_terminated is not None:
+        status["lastState"] = {"terminated": c.last_terminated}
+    else:
+        status["lastState"] = {}
+    return status
+
+
+def _condition(old: dict[str, Any], ctype: str, cstatus: str, now: float,
+               reason: str | None = None) -> dict[str, Any]:
+    previous = find_condition(old, ctype)
+    stamp = previous["lastTransitionTime"] if previous and previous.get("status") == cstatus \
+        and previous.get("lastTransitionTime") else format_time(now)
+    cond = {"type": ctype, "status": cstatus, "lastProbeTime": None, "lastTransitionTime": stamp}
+    if reason:
+        cond["reason"] = reason
+    return cond
+
+
+_OWN_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
+                   "PodScheduled")
+
+
+def build_pod_status(run: PodRun, now: float) -> dict[str, Any]:
+    old = run.pod.get("status") or {}
+    outcome = _pod_outcome(run)
+    init_done = all(_init_done(c) for c in run.init_containers)
+    all_running = bool(run.containers) and all(c.is_alive for c in run.containers)
+    if outcome is not None:
+        phase = outcome
+    elif init_done and any(c.started_at is not None for c in run.containers):
+        phase = PodPhase.RUNNING
+    else:
+        phase = PodPhase.PENDING
+    ready = all_running and not run.stopping and outcome is None
+    not_ready = "PodCompleted" if outcome is not None else "ContainersNotReady"
+    conditions = [
+        _condition(old, "PodReadyToStartContainers", "True" if outcome is None else "False",
+                   now),
+        _condition(old, "Initialized", "True" if init_done else "False", now,
+                   None if init_done else "ContainersNotInitialized"),
+        _condition(old, "Ready", "True" if ready else "False", now,
+                   None if ready else not_ready),
+        _condition(old, "ContainersReady", "True" if ready else "False", now,
+                   None if ready else not_ready),
+        _condition(old, "PodScheduled", "True", now),
+    ]
+    conditions += [c for c in old.get("conditions") or [] if c.get("type") not in _OWN_CONDITIONS]
+    status: dict[str, Any] = {
+        "phase": phase, "conditions": conditions,
+        "hostIP": run.ip, "hostIPs": [{"ip": run.ip}], "podIP": run.ip, "podIPs": [{"ip": run.ip}],
+        "startTime": old.get("startTime") or format_time(run.admitted_at),
+        "qosClass": old.get("qosClass") or qos_class(run.pod),
+        "containerStatuses": [_container_status(c) for c in run.containers],
+    }
+    if run.init_containers:
+        status["initContainerStatuses"] = [_container_status(c) for c in run.init_containers]
+    return status
+
+
+def build_lost_status(pod: dict[str, Any], now: float, started: bool = True) -> dict[str, Any]:
+    """Failed, for a pod whose processes this executor does not have (it was started by an
+    earlier executor, or deleted before it started)."""
+    old = pod.get("status") or {}
+    stamp = format_time(now)
+    statuses = []
+    for c in (pod.get("spec") or {}).get("containers") or []:
+        statuses.append({"name": c["name"], "ready": False, "restartCount": 0,
+                         "image": c.get("image", ""), "imageID": "", "started": False,
+                         "lastState": {}, "state": {"terminated": {
+                             "exitCode": 137, "reason": "ContainerStatusUnknown",
+                             "message": NOT_LOCATED, "startedAt": stamp, "finishedAt": stamp}}})
+    conditions = [c for c in old.get("conditions") or [] if c.get("type") not in _OWN_CONDITIONS]
+    conditions += [
+        {"type": t, "status": "False", "lastProbeTime": None, "lastTransitionTime": stamp,
+         "reason": "PodCompleted"} for t in ("Ready", "ContainersReady")]
+    status = {**old, "phase": PodPhase.FAILED, "conditions": conditions,
+              "containerStatuses": statuses}
+    if not started:
+        status["startTime"] = old.get("startTime") or stamp
+    return status
+
+
+def qos_class(pod: dict[str, Any]) -> str:
+    resources = [c.get("resources") or {} for c in (pod.get("spec") or {}).get("containers") or []]
+    seen = [r for r in resources
+            if any(k in (r.get(s) or {}) for s in ("requests", "limits") for k in ("cpu", "memory"))]
+    if not seen:
+        return "BestEffort"
+    guaranteed = all(all((r.get("limits") or {}).get(k) and
+                         (r.get("requests") or {}).get(k, (r.get("limits") or {})[k]) ==
+                         (r.get("limits") or {})[k] for k in ("cpu", "memory"))
+                     for r in resources)
+    return "Guaranteed" if guaranteed else "Burstable"
+
