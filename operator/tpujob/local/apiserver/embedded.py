@@ -55,11 +55,13 @@ class ApiServer:
 
     def __init__(self, port: int = 0, crds: list[dict[str, Any]] = (),
                  bookmark_interval_s: float = 60.0, host: str = "127.0.0.1",
-                 faults: Faults | None = None, request_log_size: int = 100_000) -> None:
+                 faults: Faults | None = None, request_log_size: int = 100_000,
+                 watch_history: int = 2000) -> None:
         self.host = host
         self.port = port
         self.crds = list(crds)
         self.bookmark_interval_s = bookmark_interval_s
+        self.watch_history = watch_history  # events kept per kind for watches to resume from
         self.request_log = RequestLog(request_log_size)
         self._faults = faults or Faults()
         self.handler: ApiHandler | None = None
@@ -98,7 +100,8 @@ class ApiServer:
 
     async def _serve(self) -> None:
         self.handler = ApiHandler(self.crds, bookmark_interval_s=self.bookmark_interval_s,
-                                  request_log=self.request_log, faults=self._faults)
+                                  history=self.watch_history, request_log=self.request_log,
+                                  faults=self._faults)
         await self._listen()
         self.handler.address = f"{self.host}:{self.port}"
 
