@@ -260,7 +260,10 @@ def test_notes_tell_the_next_step():
     assert "team-a" in render(VALUE_SETS["team-a"]).notes
     assert "get certificate tpujob-webhook" in render(VALUE_SETS["webhook"]).notes
     notes = render(VALUE_SETS["everything"]).notes
-    assert "acme-ml" in notes and "compute.resourcePolicies.create" in notes
+    assert "acme-ml" in notes and "tpujob-operator@acme-ml.iam.gserviceaccount.com" in notes
+    assert all(p in notes for p in ("compute.resourcePolicies.get",
+                                    "compute.resourcePolicies.create",
+                                    "compute.regionOperations.get"))
 
 
 def test_operator_command_line_accepts_the_rendered_args():
