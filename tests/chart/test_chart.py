@@ -180,6 +180,15 @@ def test_webhook_tls_from_cert_manager():
     assert volume["secret"]["secretName"] == certificate["spec"]["secretName"]
 
 
+def test_webhook_key_is_readable_by_the_operator_user():
+    def mode(values):
+        pod = render(values).one("Deployment")["spec"]["template"]["spec"]
+        volume = next(v for v in pod["volumes"] if v["name"] == "webhook-cert")
+        return volume["secret"]["defaultMode"]
+    assert mode(VALUE_SETS["webhook"]) == 0o440  # group 65532 through fsGroup
+    assert mode({**VALUE_SETS["webhook"], "podSecurityContext": {"fsGroup": None}}) == 0o444
+
+
 def test_webhook_tls_from_cert_manager_with_own_issuer():
     rendered = render(VALUE_SETS["everything"])
     assert not rendered.of_kind("Issuer")
