@@ -1,4 +1,4 @@
-"""Value sets and helpers the chart tests share: the three installs the chart must support
+"""Value sets and functions the chart tests share: the three installs the chart must support
 (default, one watched namespace, webhook on) and variants that switch every other option on."""
 
 from __future__ import annotations
