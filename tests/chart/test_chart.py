@@ -141,7 +141,7 @@ def test_webhook_reaches_the_operator(name):
     assert any(v["name"] == "webhook-cert" and "secret" in v for v in pod["volumes"])
     assert hook["failurePolicy"] == values.get("failurePolicy", "Fail")
     assert hook["sideEffects"] == "None" and hook["admissionReviewVersions"] == ["v1"]
-    # The operator's own writes (kopf annotations, finalizers) skip the webhook.
+    # The operator's own writes skip the webhook, so it never waits on itself.
     assert hook["matchConditions"] == [{
         "name": "not-the-operator",
         "expression": "request.userInfo.username != "
