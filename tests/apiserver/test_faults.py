@@ -332,3 +332,68 @@ def test_a_watch_cut_by_a_restart_resumes_without_missing_events(own_server,
     watcher.join()
     assert result["seen"] == names
     assert result["breaks"] >= 1
+
+
+def test_kopf_handles_a_resource_through_faults_and_every_request_is_logged(own_server) -> None:
+    import kopf
+    from kopf.testing import KopfRunner
+
+    from tests.apiserver.crds import GROUP, WIDGET_CRD, widget
+    from tests.support.apiserver import wait_for
+
+    created = requests.post(own_server.url + "/apis/apiextensions.k8s.io/v1/"
+                            "customresourcedefinitions", json=WIDGET_CRD, timeout=10)
+    assert created.status_code == 201
+    widgets = f"{own_server.url}/apis/{GROUP}/v1/namespaces/default/widgets"
+    registry = kopf.OperatorRegistry()
+    handled: list[str] = []
+
+    @kopf.on.login(registry=registry)
+    def login(**_: Any) -> kopf.ConnectionInfo:
+        return kopf.ConnectionInfo(server=own_server.url, default_namespace="default")
+
+    @kopf.on.create(GROUP, "v1", "widgets", registry=registry)
+    def on_create(body: Any, name: str, patch: Any, **_: Any) -> None:
+        handled.append(name)
+        patch.status["phase"] = "Seen"
+        kopf.info(body, reason="Seen", message="the widget was seen")
+
+    settings = kopf.OperatorSettings()
+    settings.watching.server_timeout = 10
+    settings.watching.client_timeout = 15
+    settings.networking.error_backoffs = [0.1] * 30
+    drops = dict(watch_drop_after_s=(0.2, 0.5), user_agent="kopf/", retry_after_s=0)
+
+    def kopf_requests() -> list:
+        return [r for r in own_server.requests() if r.user_agent.startswith("kopf/")]
+
+    def faulted(kind: str, verb: str | None = None) -> int:
+        return len([r for r in kopf_requests() if r.fault == kind and verb in (None, r.verb)])
+
+    # A fifth of kopf's requests fail and its watches are cut; for a while, every patch fails.
+    own_server.set_faults(error_rate=0.2, seed=1, **drops)
+    with KopfRunner(["run", "--standalone", "--namespace=default"], registry=registry,
+                    settings=settings, timeout=30) as runner:
+        wait_for(lambda: faulted("watch-drop") >= 1, timeout=10, message="a watch to drop")
+        own_server.set_faults(error_rate=1.0, error_codes=[500, 503], verbs={"patch"}, **drops)
+        assert requests.post(widgets, json=widget("w1"), timeout=10).status_code == 201
+        wait_for(lambda: faulted("error", "patch") >= 2, timeout=10,
+                 message="kopf to retry a failed patch")
+        own_server.set_faults(error_rate=0.2, seed=2, **drops)
+        wait_for(lambda: (requests.get(f"{widgets}/w1", timeout=10).json().get("status") or {})
+                 .get("phase") == "Seen", timeout=20, message="kopf to patch the status")
+        wait_for(lambda: faulted("watch-drop") >= 4, timeout=10, message="watches to drop")
+    assert runner.exception is None and runner.exit_code == 0
+    assert handled == ["w1"]
+    records = kopf_requests()
+    assert {r.status for r in records if r.fault == "error"} <= {429, 500, 503}
+    assert [r for r in records if r.verb == "patch" and r.status == 200]
+    # What an RBAC role for this operator must grant (kopf also scans namespaces and CRDs).
+    assert {r.rule for r in records if r.is_resource} <= {
+        ("", "namespaces", "list"), ("", "namespaces", "watch"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "list"),
+        ("apiextensions.k8s.io", "customresourcedefinitions", "watch"),
+        (GROUP, "widgets", "list"), (GROUP, "widgets", "watch"), (GROUP, "widgets", "patch"),
+        (GROUP, "widgets/status", "patch"), ("", "events", "create")}
+    assert {r.rule for r in records if r.status in (200, 201)} >= {
+        (GROUP, "widgets", "watch"), (GROUP, "widgets", "patch"), ("", "events", "create")}
