@@ -133,6 +133,10 @@ def _is_stale(path: Path, text: str) -> bool:
     return not path.exists() or path.read_text() != text
 
 
+def _shown(path: Path) -> str:
+    return str(path.relative_to(ROOT)) if path.is_relative_to(ROOT) else str(path)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog=COMMAND, description="Bring the chart's CRD and RBAC rules up to date and render "
@@ -148,7 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         if not stale and _is_stale(INSTALL, build_install_yaml()):
             stale.append(INSTALL)
         for path in stale:
-            print(f"{path.relative_to(ROOT)} is out of date: run `{COMMAND}`", file=sys.stderr)
+            print(f"{_shown(path)} is out of date: run `{COMMAND}`", file=sys.stderr)
         return 1 if stale else 0
     for path, text in sources:
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -156,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     INSTALL.parent.mkdir(parents=True, exist_ok=True)
     INSTALL.write_text(build_install_yaml())
     for path in (CHART_CRD, CHART_RULES, INSTALL):
-        print(f"wrote {path.relative_to(ROOT)}")
+        print(f"wrote {_shown(path)}")
     return 0
 
 

@@ -39,12 +39,16 @@ def test_check_command_agrees(capsys):
 
 
 def test_check_command_notices_a_stale_file(tmp_path, monkeypatch, capsys):
+    # Up-to-date chart inputs and a hand-edited install file, all in a scratch folder.
+    for name, text in (("CHART_CRD", generate.CRD_SOURCE.read_text()),
+                       ("CHART_RULES", generate.build_rules_tpl())):
+        (tmp_path / name).write_text(text)
+        monkeypatch.setattr(generate, name, tmp_path / name)
     stale = tmp_path / "tpujob.yaml"
-    stale.write_text(generate.INSTALL.read_text().replace("replicas: 1", "replicas: 2"))
+    stale.write_text(generate.build_install_yaml().replace("replicas: 1", "replicas: 2"))
     monkeypatch.setattr(generate, "INSTALL", stale)
-    monkeypatch.setattr(generate, "ROOT", tmp_path)
     assert generate.main(["--check"]) == 1
-    assert "tpujob.yaml is out of date" in capsys.readouterr().err
+    assert f"{stale} is out of date" in capsys.readouterr().err
 
 
 def test_install_yaml_is_complete_and_valid():
