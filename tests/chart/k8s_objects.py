@@ -47,7 +47,11 @@ THIRD_PARTY: dict[tuple[str, str], dict[str, Any]] = {
         "properties": {
             "selfSigned": {"type": "object", "additionalProperties": False,
                            "properties": {"crlDistributionPoints": {"type": "array"}}},
-            "ca": {"type": "object"}, "acme": {"type": "object"}, "vault": {"type": "object"},
+            "ca": {"type": "object", "required": ["secretName"], "additionalProperties": False,
+                   "properties": {"secretName": _STR,
+                                  "crlDistributionPoints": {"type": "array"},
+                                  "ocspServers": {"type": "array"}}},
+            "acme": {"type": "object"}, "vault": {"type": "object"},
             "venafi": {"type": "object"},
         },
         "additionalProperties": False,
@@ -57,7 +61,9 @@ THIRD_PARTY: dict[tuple[str, str], dict[str, Any]] = {
         "properties": {
             "secretName": _STR,
             "dnsNames": {"type": "array", "items": _STR},
-            "commonName": _STR, "duration": _STR, "renewBefore": _STR,
+            "commonName": _STR, "isCA": {"type": "boolean"},
+            "duration": {"type": "string", "pattern": r"^([0-9]+(\.[0-9]+)?(ns|us|ms|s|m|h))+$"},
+            "renewBefore": _STR,
             "usages": {"type": "array", "items": _STR},
             "privateKey": {
                 "type": "object", "additionalProperties": False,

@@ -42,7 +42,7 @@ def test_the_validator_refuses_broken_objects():
     unknown_field = copy.deepcopy(deployment)
     unknown_field["spec"]["template"]["spec"]["containers"][0]["livenessProbe"]["httpGett"] = {}
     assert any("httpGett" in e for e in validation_errors(unknown_field))
-    certificate = copy.deepcopy(render(VALUE_SETS["webhook"]).one("Certificate"))
+    certificate = copy.deepcopy(render(VALUE_SETS["webhook"]).of_kind("Certificate")[0])
     certificate["spec"]["privateKey"]["algorithm"] = "DSA"
     assert validation_errors(certificate)
 
@@ -163,21 +163,31 @@ def test_webhook_rules_match_the_crd():
 def test_webhook_tls_from_cert_manager():
     rendered = render(VALUE_SETS["webhook"])
     config, hook, service = _webhook_parts(rendered)
-    certificate = rendered.one("Certificate")
-    issuer = rendered.one("Issuer")
+    certificates = {c["metadata"]["name"]: c for c in rendered.of_kind("Certificate")}
+    issuers = {i["metadata"]["name"]: i for i in rendered.of_kind("Issuer")}
+    assert sorted(certificates) == ["tpujob-webhook", "tpujob-webhook-ca"]
+    assert sorted(issuers) == ["tpujob-selfsigned", "tpujob-webhook-ca"]
+    serving, ca = certificates["tpujob-webhook"], certificates["tpujob-webhook-ca"]
     assert config["metadata"]["annotations"] == {
-        "cert-manager.io/inject-ca-from":
-            f"tpujob-system/{certificate['metadata']['name']}"}
+        "cert-manager.io/inject-ca-from": "tpujob-system/tpujob-webhook"}
     assert "caBundle" not in hook["clientConfig"]
     svc = service["metadata"]["name"]
-    assert certificate["spec"]["dnsNames"] == [f"{svc}.tpujob-system.svc",
-                                               f"{svc}.tpujob-system.svc.cluster.local"]
-    assert certificate["spec"]["issuerRef"] == {
-        "name": issuer["metadata"]["name"], "kind": "Issuer", "group": "cert-manager.io"}
-    assert issuer["spec"] == {"selfSigned": {}}
+    assert serving["spec"]["dnsNames"] == [f"{svc}.tpujob-system.svc",
+                                           f"{svc}.tpujob-system.svc.cluster.local"]
+    # self-signed -> the release's CA -> the serving certificate: renewing the serving
+    # certificate keeps the CA the webhook trusts.
+    ref = {"kind": "Issuer", "group": "cert-manager.io"}
+    assert ca["spec"]["isCA"] is True
+    assert ca["spec"]["issuerRef"] == {"name": "tpujob-selfsigned", **ref}
+    assert issuers["tpujob-selfsigned"]["spec"] == {"selfSigned": {}}
+    assert issuers["tpujob-webhook-ca"]["spec"] == {"ca": {"secretName":
+                                                           ca["spec"]["secretName"]}}
+    assert serving["spec"]["issuerRef"] == {"name": "tpujob-webhook-ca", **ref}
+    assert "isCA" not in serving["spec"]
     pod = rendered.one("Deployment")["spec"]["template"]["spec"]
     volume = next(v for v in pod["volumes"] if v["name"] == "webhook-cert")
-    assert volume["secret"]["secretName"] == certificate["spec"]["secretName"]
+    assert volume["secret"]["secretName"] == serving["spec"]["secretName"]
+    assert serving["spec"]["secretName"] != ca["spec"]["secretName"]
 
 
 def test_webhook_key_is_readable_by_the_operator_user():
