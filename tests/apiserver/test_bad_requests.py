@@ -88,3 +88,65 @@ def test_wrong_methods_are_405(kube: Kube) -> None:
     assert kube.request("PUT", path, json={}).status_code == 405
     assert kube.request("POST", "/api/v1", json={}).status_code == 405
     _still_serving(kube)
+
+
+def test_metadata_of_the_wrong_type_is_400(kube: Kube) -> None:
+    path = f"/api/v1/namespaces/{kube.namespace}/configmaps"
+    for metadata in ({"name": 5}, {"generateName": ["x"]}, {"name": "x", "uid": 7},
+                     {"name": "x", "ownerReferences": "x"}, {"name": "x", "finalizers": "x"},
+                     {"name": "x", "managedFields": [1]}, {"name": "x", "generation": "1"}):
+        _status(kube.request("POST", path, json={"metadata": metadata}), 400, "BadRequest")
+    _still_serving(kube)
+
+
+def test_incomplete_owner_references_are_422(kube: Kube) -> None:
+    path = f"/api/v1/namespaces/{kube.namespace}/configmaps"
+    body = _status(kube.request("POST", path, json={"metadata": {
+        "name": unique_name("owned"), "ownerReferences": [{"kind": "ConfigMap", "name": "x"}]}}),
+        422, "Invalid")
+    fields = {c["field"] for c in body["details"]["causes"]}
+    assert "metadata.ownerReferences[0].uid" in fields or \
+        "metadata.ownerReferences.uid" in fields  # kube-apiserver leaves out the index
+    _still_serving(kube)
+
+
+def _with_value(name: str, value: str) -> str:
+    """A JSON object named `name` with `value` (raw JSON text) under `x`."""
+    return '{"metadata": {"name": "' + name + '"}, "x": ' + value + "}"
+
+
+def test_nan_and_infinity_are_not_json(kube: Kube) -> None:
+    path = f"/api/v1/namespaces/{kube.namespace}/configmaps"
+    for number in ("NaN", "Infinity", "-Infinity"):
+        _status(kube.request("POST", path, data=_with_value("n", number),
+                             headers={"Content-Type": "application/json"}), 400, "BadRequest")
+    _still_serving(kube)
+
+
+def test_bodies_too_deep_or_expanding_too_far_are_refused(kube: Kube, widgets: str) -> None:
+    if not kube.embedded:
+        pytest.skip("limits of the embedded server (kube-apiserver's are far higher)")
+    path = f"/api/v1/namespaces/{kube.namespace}/configmaps"
+    json_type = {"Content-Type": "application/json"}
+    for depth in (250, 100_000):
+        deep = '{"a":' * depth + "1" + "}" * depth
+        _status(kube.request("POST", path, data=_with_value("d", deep), headers=json_type),
+                400, "BadRequest")
+    _status(kube.request("POST", path, data="[" * 100_000 + "]" * 100_000, headers=json_type),
+            400, "BadRequest")
+    for yaml_text in ("a: " + "[" * 100_000, "- " * 100_000 + "x"):
+        _status(kube.request("POST", path, data=yaml_text,
+                             headers={"Content-Type": "application/yaml"}), 400, "BadRequest")
+    # Seven levels of ten aliases each: 10 million strings once expanded.
+    levels = ["a: &a [x, x, x, x, x, x, x, x, x, x]"] + [
+        f"{c}: &{c} [{', '.join([f'*{p}'] * 10)}]" for p, c in zip("abcdef", "bcdefg",
+                                                                     strict=True)]
+    bomb = "metadata: {name: bomb}\ndata:\n" + "".join(f"  {line}\n" for line in levels)
+    _status(kube.request("POST", path, data=bomb, headers={"Content-Type": "application/yaml"}),
+            413, "RequestEntityTooLarge")
+    nested = '{"a":' * 150 + "1" + "}" * 150  # deep, but within the limit
+    body = '{"metadata": {"name": "' + unique_name("deep") + '"}, "spec": {"size": ' \
+        '"small-1", "extra": ' + nested + "}}"
+    created = kube.request("POST", widgets, data=body, headers=json_type)
+    assert created.status_code == 201, created.text
+    _still_serving(kube)

@@ -9,6 +9,7 @@ import base64
 import copy
 import json
 import logging
+import math
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -29,6 +30,8 @@ log = logging.getLogger(__name__)
 _YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 MAX_BODY_BYTES = 3 * 1024 * 1024  # kube-apiserver's limit on a request body
+MAX_DEPTH = 200  # levels of nesting in a body (deep enough for any real object)
+MAX_NODES = 1_000_000  # values in a decoded body, YAML aliases expanded
 SERVER_VERSION = {"major": "1", "minor": "32", "gitVersion": "v1.32.0-tpujob-local",
                   "gitCommit": "", "gitTreeState": "clean", "buildDate": "2026-01-01T00:00:00Z",
                   "goVersion": "", "compiler": "", "platform": "linux/amd64"}
@@ -598,11 +601,52 @@ async def _read_body(request: web.Request) -> bytes:
 def _decode(raw: bytes, content_type: str) -> Any:
     try:
         if content_type.endswith("yaml"):
-            return yaml.load(raw.decode(), Loader=_YAML_LOADER)
-        return json.loads(raw.decode())
-    except (ValueError, yaml.YAMLError, UnicodeDecodeError) as err:
+            text = raw.decode()
+            _check_yaml_depth(text, content_type)
+            value = yaml.load(text, Loader=_YAML_LOADER)
+        else:
+            value = json.loads(raw.decode())
+    except (ValueError, yaml.YAMLError, UnicodeDecodeError, RecursionError) as err:
         raise errors.bad_request(f"couldn't decode the request body ({content_type}): "
                                  f"{err}") from err
+    _check_size(value, content_type)
+    return value
+
+
+def _check_yaml_depth(text: str, content_type: str) -> None:
+    # libyaml builds nodes recursively in C and crashes the process on deep nesting; its event
+    # parser does not, so measure the depth with it first.
+    depth = 0
+    for event in yaml.parse(text, Loader=_YAML_LOADER):
+        if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise errors.bad_request(f"couldn't decode the request body ({content_type}): "
+                                         f"nested more than {MAX_DEPTH} levels deep")
+        elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
+            depth -= 1
+
+
+def _check_size(value: Any, content_type: str) -> None:
+    """Refuse what Go's decoder refuses, NaN and infinite numbers, and bodies the server could
+    not walk: nested deeper than MAX_DEPTH (every step of the server walks objects
+    recursively) or, through YAML aliases, expanding to more than MAX_NODES values."""
+    stack, nodes = [(value, 1)], 0
+    while stack:
+        node, depth = stack.pop()
+        nodes += 1
+        if depth > MAX_DEPTH:
+            raise errors.bad_request(f"couldn't decode the request body ({content_type}): "
+                                     f"nested more than {MAX_DEPTH} levels deep")
+        if nodes > MAX_NODES:
+            raise errors.too_large(MAX_BODY_BYTES)
+        if isinstance(node, float) and not math.isfinite(node):
+            raise errors.bad_request(f"couldn't decode the request body ({content_type}): "
+                                     f"{node} is not a valid JSON number")
+        if isinstance(node, dict):
+            stack.extend((v, depth + 1) for v in node.values())
+        elif isinstance(node, list):
+            stack.extend((v, depth + 1) for v in node)
 
 
 def _paginate(items: list[dict], query, meta: dict[str, Any]) -> tuple[list[dict], dict]:

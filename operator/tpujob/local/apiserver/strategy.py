@@ -53,12 +53,49 @@ def _check_identity(rtype: ResourceType, obj: dict[str, Any], namespace: str | N
     if meta is not None and not isinstance(meta, dict):
         raise errors.bad_request("metadata must be an object")
     meta = meta or {}
+    _check_metadata_types(rtype, meta)
     if rtype.namespaced and meta.get("namespace") not in (None, "", namespace):
         raise errors.bad_request("the namespace of the provided object does not match the "
                                  "namespace sent on the request")
     if name is not None and meta.get("name") not in (None, "", name):
         raise errors.bad_request(f"the name of the object ({meta.get('name')}) does not match "
                                  f"the name on the URL ({name})")
+
+
+# ObjectMeta fields and the JSON type kube-apiserver decodes each into; a value of another type
+# fails decoding (400) before anything else looks at the object.
+_META_TYPES: dict[str, tuple[type, str]] = {
+    "name": (str, "string"), "generateName": (str, "string"), "namespace": (str, "string"),
+    "uid": (str, "string"), "resourceVersion": (str, "string"),
+    "creationTimestamp": (str, "string"), "deletionTimestamp": (str, "string"),
+    "generation": (int, "integer"), "deletionGracePeriodSeconds": (int, "integer"),
+    "labels": (dict, "object"), "annotations": (dict, "object"),
+    "finalizers": (list, "array"), "ownerReferences": (list, "array"),
+    "managedFields": (list, "array"),
+}
+_OBJECT_LISTS = ("ownerReferences", "managedFields")
+
+
+def _json_type(value: Any) -> str:
+    if isinstance(value, bool):
+        return "boolean"
+    return {str: "string", int: "number", float: "number", dict: "object", list: "array",
+            type(None): "null"}.get(type(value), type(value).__name__)
+
+
+def _check_metadata_types(rtype: ResourceType, meta: dict[str, Any]) -> None:
+    for key, (expected, json_name) in _META_TYPES.items():
+        value = meta.get(key)
+        if value is None:
+            continue
+        wrong = not isinstance(value, expected) or (expected is int and isinstance(value, bool))
+        if not wrong and key in _OBJECT_LISTS:
+            wrong = not all(isinstance(item, dict) for item in value)
+            json_name = "array of objects"
+        if wrong:
+            raise errors.bad_request(
+                f"{rtype.kind} in version \"{rtype.version}\" cannot be handled as a "
+                f"{rtype.kind}: metadata.{key}: expected {json_name}, got {_json_type(value)}")
 
 
 def _process_schema(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None,
@@ -90,6 +127,15 @@ def _check_metadata(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any
                                   not all(isinstance(v, str) for v in value.values())):
             found.append(FieldError("Invalid", f"metadata.{key}", value,
                                     "must be a map of string keys to string values"))
+    for index, ref in enumerate(meta.get("ownerReferences") or []):
+        for key in ("apiVersion", "kind", "name", "uid"):
+            if not isinstance(ref.get(key), str) or not ref.get(key):
+                found.append(FieldError("Invalid", f"metadata.ownerReferences[{index}].{key}",
+                                        ref.get(key, ""), f"{key} must not be empty"))
+        for key in ("controller", "blockOwnerDeletion"):
+            if ref.get(key) is not None and not isinstance(ref.get(key), bool):
+                found.append(FieldError("Invalid", f"metadata.ownerReferences[{index}].{key}",
+                                        ref.get(key), "must be a boolean"))
     finalizers = meta.get("finalizers") or []
     if not isinstance(finalizers, list) or not all(isinstance(f, str) for f in finalizers):
         found.append(FieldError("Invalid", "metadata.finalizers", finalizers,
