@@ -234,18 +234,24 @@ class Executor:
                      or uid(p) in self.kubelet.runs
                      or (is_deleting(p) and has_finalizer(p, keys.JOB_TRACKING_FINALIZER))]
         by_uid = {uid(p): p for p in pods}
+        next_due = self.settings.resync_s
         for pod, status in self.kubelet.sync(node_pods, now):
+            # Conditional on the version read: others add conditions too (DisruptionTarget).
+            body = {"metadata": {"resourceVersion": meta(pod).get("resourceVersion")},
+                    "status": status}
             try:
-                by_uid[uid(pod)] = self.api.patch(PODS, namespace(pod), name(pod),
-                                                  {"status": status}, "status")
+                by_uid[uid(pod)] = self.api.patch(PODS, namespace(pod), name(pod), body,
+                                                  "status")
             except ApiError as err:
-                if err.status != 404:
+                if err.status == 409:
+                    next_due = 0.05
+                elif err.status != 404:
                     raise
-                by_uid.pop(uid(pod), None)
+                else:
+                    by_uid.pop(uid(pod), None)
         pods = list(by_uid.values())
 
         # Job controller: each managed Job, then pods whose Job is gone.
-        next_due = self.settings.resync_s
         for job in managed:
             plan = plan_job(job, [p for p in pods if controller_uid(p) == uid(job)], now,
                             self.settings.job_backoff_s)
