@@ -220,7 +220,8 @@ def test_change_while_suspended_is_applied_and_while_running_refused(cluster, op
 
 def test_stall_restarts_every_host(cluster, operator):
     n = name()
-    cluster.create_job(n, firstStepTimeoutSeconds=1, stallTimeoutSeconds=1)
+    cluster.create_job(n, firstStepTimeoutSeconds=1, stallTimeoutSeconds=1,
+                       restartPolicy={"maxRestarts": 50})
     cluster.wait_phase(n, "Starting")
     job_obj = cluster.create("/apis/batch/v1/namespaces/{ns}/jobs", {
         "apiVersion": "batch/v1", "kind": "Job",
@@ -230,14 +231,33 @@ def test_stall_restarts_every_host(cluster, operator):
     cluster.set_jobset_status(n, replicatedJobsStatus=[{"name": "slice", "ready": 1,
                                                         "succeeded": 0, "failed": 0,
                                                         "active": 1, "suspended": 0}])
-    status = cluster.wait_phase(n, "Restarting", timeout=20)["status"]
-    assert status["stallRestarts"] >= 1 and status["restarts"] >= 1
-    stalled = next(c for c in status["conditions"] if c["type"] == "Stalled")
-    assert stalled["status"] == "True"
-    wait_for(lambda: cluster.request(
-        "GET", f"/apis/batch/v1/namespaces/{{ns}}/jobs/{n}-slice-0").status_code == 404
-        or cluster.request("GET", f"/apis/batch/v1/namespaces/{{ns}}/jobs/{n}-slice-0").json()[
-            "metadata"]["uid"] != job_obj["metadata"]["uid"], message="the Job deleted")
+    job = wait_for(lambda: cluster.job(n)["status"].get("stallRestarts", 0) >= 1
+                   and cluster.job(n), timeout=20, message="a restart after the stall")
+    assert job["status"]["restarts"] >= 1
+    assert cluster.request("GET", f"/apis/batch/v1/namespaces/{{ns}}/jobs/{n}-slice-0"
+                           ).status_code == 404, "the Job was not deleted"
+    # the JobSet controller would now report the hosts gone
+    cluster.set_jobset_status(n, replicatedJobsStatus=[{"name": "slice", "ready": 0,
+                                                        "succeeded": 0, "failed": 0,
+                                                        "active": 1, "suspended": 0}])
+    cluster.wait_phase(n, "Restarting")
+    stalled = wait_for(lambda: [e for e in cluster.events(n) if e["reason"] == "Stalled"],
+                       message="a Stalled Event")
+    assert stalled[0]["type"] == "Warning" and "no training step" in stalled[0]["message"]
+    assert job_obj["metadata"]["uid"]
+
+
+def test_stall_fails_the_job_at_the_restart_limit(cluster, operator):
+    n = name()
+    cluster.create_job(n, firstStepTimeoutSeconds=1, restartPolicy={"maxRestarts": 0})
+    cluster.wait_phase(n, "Starting")
+    cluster.set_jobset_status(n, replicatedJobsStatus=[{"name": "slice", "ready": 1,
+                                                        "succeeded": 0, "failed": 0,
+                                                        "active": 1, "suspended": 0}])
+    status = cluster.wait_phase(n, "Failed", timeout=20)["status"]
+    assert status["failure"]["reason"] == "Stalled"
+    assert "restart limit 0" in status["failure"]["message"]
+    assert cluster.jobset(n)["spec"]["suspend"] is True  # no TPU kept busy by a failed job
 
 
 def test_delete_cascades_to_children(cluster, operator):
@@ -273,3 +293,16 @@ def test_health_and_metrics(cluster, operator):
 
 
 _ = JOBSETS
+
+
+def test_zz_every_rbac_rule_is_used_and_nothing_else(cluster, operator):
+    """Runs last in this module: the requests of every test above, against the rules."""
+    from tpujob.controller.permissions import CLUSTER_ONLY, NAMESPACED, allowed
+    seen = {r.rule for r in cluster.server.requests()
+            if r.is_resource and not r.user_agent.startswith("python-requests")}
+    assert sorted(rule for rule in seen if not allowed(*rule)) == []
+    granted = {(r.group, r.resource, v) for r in NAMESPACED + CLUSTER_ONLY for v in r.verbs}
+    # Reached only when an object already exists at create time (a retry after a lost reply).
+    retry_paths = {("jobset.x-k8s.io", "jobsets", "get"), ("", "configmaps", "get"),
+                   ("", "configmaps", "patch")}
+    assert sorted(granted - seen - retry_paths) == []

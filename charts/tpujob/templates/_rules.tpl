@@ -5,15 +5,15 @@ Do not edit: change permissions.py and run the command again.
 
 {{/* Calls inside the watched namespaces: a Role per namespace, or the ClusterRole. */}}
 {{- define "tpujob.namespacedRules" -}}
-# watch jobs; kopf keeps its progress annotations on them
+# follow jobs (kopf keeps no state on them)
 - apiGroups: ["tpujob.dev"]
   resources: ["tputrainingjobs"]
-  verbs: ["get", "list", "watch", "patch"]
+  verbs: ["list", "watch"]
 # write status
 - apiGroups: ["tpujob.dev"]
   resources: ["tputrainingjobs/status"]
-  verbs: ["get", "patch"]
-# create the JobSet, follow its status, suspend and resume it, re-create it after a spec change made while suspended
+  verbs: ["patch"]
+# create the JobSet (get: when it already exists), follow its status, suspend and resume it, re-create it after a spec change made while suspended
 - apiGroups: ["jobset.x-k8s.io"]
   resources: ["jobsets"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
@@ -25,7 +25,7 @@ Do not edit: change permissions.py and run the command again.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list"]
-# the trainer config
+# the trainer config (get and patch: when it already exists)
 - apiGroups: [""]
   resources: ["configmaps"]
   verbs: ["get", "create", "patch"]
@@ -40,9 +40,5 @@ Do not edit: change permissions.py and run the command again.
 # kopf notices when the CRDs it serves appear
 - apiGroups: ["apiextensions.k8s.io"]
   resources: ["customresourcedefinitions"]
-  verbs: ["list", "watch"]
-# kopf follows namespaces when watching all of them
-- apiGroups: [""]
-  resources: ["namespaces"]
   verbs: ["list", "watch"]
 {{- end }}

@@ -13,6 +13,7 @@ COMMANDS: dict[str, str] = {
     "plan": "tpujob.cli.plan_cmd",
     "render": "tpujob.cli.render_cmd",
     "local": "tpujob.cli.local_cmd",
+    "operator": "tpujob.cli.operator_cmd",
 }
 
 

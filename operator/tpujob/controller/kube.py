@@ -92,20 +92,20 @@ class KubeApi:
                                  self.custom.get_namespaced_custom_object, JOBSET_GROUP,
                                  JOBSET_VERSION, namespace, JOBSET_PLURAL, name)
 
-    def create_jobset(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Create it; if it already exists (an earlier attempt, another replica), return the
-        existing one: the caller checks it is the job's own."""
+    def create_jobset(self, body: dict[str, Any]) -> tuple[dict[str, Any], bool]:
+        """Create it: (the JobSet, True). If it already exists (an earlier pass whose reply or
+        status write was lost), (the existing one, False): the caller checks it is the job's."""
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
         try:
             return self._call(f"create JobSet {ns}/{name}",
                               self.custom.create_namespaced_custom_object, JOBSET_GROUP,
                               JOBSET_VERSION, ns, JOBSET_PLURAL, body,
-                              field_manager=FIELD_MANAGER)
+                              field_manager=FIELD_MANAGER), True
         except ApiUnavailable:
             existing = self.get_jobset(ns, name)
             if existing is None:
                 raise
-            return existing
+            return existing, False
 
     def set_jobset_suspend(self, namespace: str, name: str, suspend: bool) -> dict[str, Any]:
         return self._call(f"{'suspend' if suspend else 'resume'} JobSet {namespace}/{name}",

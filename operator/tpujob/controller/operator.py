@@ -20,8 +20,14 @@ from tpujob.api.resource import GROUP, PLURAL, VERSION
 from tpujob.builders import names
 from tpujob.controller import admission
 from tpujob.controller.health import HealthServer
-from tpujob.controller.kube import JOBSET_GROUP, JOBSET_PLURAL, JOBSET_VERSION, ApiRefused, \
-    ApiUnavailable, KubeApi
+from tpujob.controller.kube import (
+    JOBSET_GROUP,
+    JOBSET_PLURAL,
+    JOBSET_VERSION,
+    ApiRefused,
+    ApiUnavailable,
+    KubeApi,
+)
 from tpujob.controller.metrics import OperatorMetrics
 from tpujob.controller.reconcile import Reconciler
 from tpujob.controller.settings import OperatorSettings

@@ -21,15 +21,15 @@ class Rule:
 
 # Calls inside the namespaces the operator watches (a Role per namespace, or a ClusterRole).
 NAMESPACED: tuple[Rule, ...] = (
-    Rule(GROUP, "tputrainingjobs", ("get", "list", "watch", "patch"),
-         "watch jobs; kopf keeps its progress annotations on them"),
-    Rule(GROUP, "tputrainingjobs/status", ("get", "patch"), "write status"),
+    Rule(GROUP, "tputrainingjobs", ("list", "watch"), "follow jobs (kopf keeps no state on them)"),
+    Rule(GROUP, "tputrainingjobs/status", ("patch",), "write status"),
     Rule(JOBSET_GROUP, "jobsets", ("get", "list", "watch", "create", "patch", "delete"),
-         "create the JobSet, follow its status, suspend and resume it, re-create it after a "
-         "spec change made while suspended"),
+         "create the JobSet (get: when it already exists), follow its status, suspend and "
+         "resume it, re-create it after a spec change made while suspended"),
     Rule("batch", "jobs", ("list", "delete"), "restart a stalled run (JobSet re-creates them)"),
     Rule("", "pods", ("list",), "termination messages, restarts and the process-0 metrics address"),
-    Rule("", "configmaps", ("get", "create", "patch"), "the trainer config"),
+    Rule("", "configmaps", ("get", "create", "patch"),
+         "the trainer config (get and patch: when it already exists)"),
     Rule("", "events", ("create",), "Events on phase changes and refusals"),
 )
 
@@ -37,7 +37,6 @@ NAMESPACED: tuple[Rule, ...] = (
 CLUSTER_ONLY: tuple[Rule, ...] = (
     Rule("apiextensions.k8s.io", "customresourcedefinitions", ("list", "watch"),
          "kopf notices when the CRDs it serves appear"),
-    Rule("", "namespaces", ("list", "watch"), "kopf follows namespaces when watching all of them"),
 )
 
 

@@ -148,11 +148,13 @@ class Reconciler:
             if child["kind"] == "ConfigMap":
                 self.kube.apply_config_map(child)
                 continue
-            made = self.kube.create_jobset(child)
+            made, fresh = self.kube.create_jobset(child)
             owner = JobSetState.from_object(made).owner_uid
             if owner != meta.get("uid"):
                 raise ApiUnavailable(f"JobSet {meta['namespace']}/{meta['name']} exists and "
                                      "belongs to something else")
+            if not fresh:  # made by an earlier pass whose status write was lost
+                made = dict(made, _adopted=True)
         return made
 
     def act(self, job: dict[str, Any], obs: Observation, decision: Decision
@@ -190,7 +192,10 @@ class Reconciler:
         after = decision.status.to_dict()
         patch = _status_patch(before, after)
         patched = self.kube.patch_status(ns, name, patch) if patch else None
-        for event in decision.events:
+        events = decision.events
+        if created is not None and created.pop("_adopted", False):
+            events = [e for e in events if e.reason != "Created"]
+        for event in events:
             self.metrics.events.labels(event.reason).inc()
             self.kube.create_event(job, event.type, event.reason, event.message)
         return Outcome(decision.status.phase, self._next_look(decision.status.phase, obs),
