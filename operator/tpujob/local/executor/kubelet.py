@@ -136,18 +136,21 @@ class Kubelet:
         writes to make, as (pod, new status) pairs."""
         writes = []
         with self.lock:
-            seen = set()
-            for pod in pods:
-                seen.add(uid(pod))
-                status = self._sync_pod(pod, now)
-                if status is not None and status != (pod.get("status") or {}):
-                    writes.append((pod, status))
+            seen = {uid(pod) for pod in pods}
             for pod_uid, run in list(self.runs.items()):
                 if pod_uid not in seen:
                     run.gone = True
                     self._begin_stop(run, now)
                     self._step(run, now)
-                self._retire_if_done(pod_uid, run)
+                    self._retire_if_done(pod_uid, run)
+            # Running pods first, so that a stopped one frees its address for its successor.
+            ordered = sorted(pods, key=lambda p: uid(p) not in self.runs)
+            for pod in ordered:
+                status = self._sync_pod(pod, now)
+                if status is not None and status != (pod.get("status") or {}):
+                    writes.append((pod, status))
+                if uid(pod) in self.runs:
+                    self._retire_if_done(uid(pod), self.runs[uid(pod)])
         return writes
 
     def _sync_pod(self, pod: dict[str, Any], now: float) -> dict[str, Any] | None:
