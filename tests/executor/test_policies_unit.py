@@ -375,3 +375,15 @@ def test_in_order_startup_and_depends_on():
 def test_jobset_managed_by_another_controller_is_left_alone():
     plan = plan_jobset(jobset(managedBy="kueue.x-k8s.io/multikueue"), [], NOW)
     assert not plan.create_jobs and not plan.status_changed
+
+
+def test_pods_stopped_by_a_suspension_do_not_count_after_the_resume():
+    job = indexed_job(suspend=True)
+    plan = plan_job(job, [pod_of(job, 0), pod_of(job, 1)], NOW)
+    assert plan.excuse_pods == ["pod-0", "pod-1"]
+    job["spec"]["suspend"], job["status"] = False, plan.status
+    late = [pod_of(job, 0, "Failed", 137, deleting=True), pod_of(job, 1, "Failed", 137)]
+    resumed = plan_job(job, late, NOW, excused=frozenset(plan.excuse_pods))
+    assert "failed" not in resumed.status and resumed.release_pods == late
+    counted = plan_job(job, late, NOW)
+    assert counted.status["failed"] == 2

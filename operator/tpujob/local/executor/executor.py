@@ -82,6 +82,7 @@ class Executor:
         self._thread: threading.Thread | None = None
         self._watchers: list[threading.Thread] = []
         self._services: set[tuple[str, str, str]] = set()
+        self._excused: set[str] = set()  # pods stopped by a suspension (job controller memory)
         self.last_error: str | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -254,7 +255,7 @@ class Executor:
         # Job controller: each managed Job, then pods whose Job is gone.
         for job in managed:
             plan = plan_job(job, [p for p in pods if controller_uid(p) == uid(job)], now,
-                            self.settings.job_backoff_s)
+                            self.settings.job_backoff_s, frozenset(self._excused))
             if not self._apply_job_plan(job, plan):
                 next_due = 0.05
             if plan.requeue_after is not None:
@@ -284,8 +285,10 @@ class Executor:
                 if err.status in (404, 409):
                     return False
                 raise
+        self._excused.update(plan.excuse_pods)
         for pod in plan.release_pods:  # counted in the status just written
             self._release(pod)
+            self._excused.discard(uid(pod))
         for pod in plan.delete_pods:
             self.api.delete(PODS, ns, name(pod), uid=uid(pod))
         for pod in plan.create_pods:

@@ -55,6 +55,7 @@ class JobPlan:
     create_pods: list[dict[str, Any]] = field(default_factory=list)
     delete_pods: list[dict[str, Any]] = field(default_factory=list)
     release_pods: list[dict[str, Any]] = field(default_factory=list)  # remove job-tracking
+    excuse_pods: list[str] = field(default_factory=list)  # uids stopped by a suspension
     events: list[Event] = field(default_factory=list)
     requeue_after: float | None = None
 
@@ -176,8 +177,10 @@ def is_job_finished(job: dict[str, Any]) -> bool:
 # -- the sync ------------------------------------------------------------------------------------
 
 def plan_job(job: dict[str, Any], pods: list[dict[str, Any]], now: float,
-             backoff_base_s: float = 10.0) -> JobPlan:
-    """Sync one Job against the pods it controls."""
+             backoff_base_s: float = 10.0, excused: frozenset[str] = frozenset()) -> JobPlan:
+    """Sync one Job against the pods it controls. `excused`: uids of pods this controller
+    stopped because the Job was suspended (their failure does not count, even when they
+    finish after a resume)."""
     spec = job.get("spec") or {}
     original = copy.deepcopy(job.get("status") or {})
     status = copy.deepcopy(original)
@@ -227,7 +230,7 @@ def plan_job(job: dict[str, Any], pods: list[dict[str, Any]], now: float,
                 done_indexes.add(index)
             elif not indexed:
                 succeeded += 1
-        elif not suspended:
+        elif not suspended and uid(pod) not in excused:
             verdict = match_pod_failure_policy(spec.get("podFailurePolicy"), pod)
             if verdict.action == "FailJob" and failure is None:
                 failure = (keys.POD_FAILURE_POLICY, verdict.message or "")
@@ -274,6 +277,7 @@ def plan_job(job: dict[str, Any], pods: list[dict[str, Any]], now: float,
 
     if suspended:
         plan.delete_pods = list(active)
+        plan.excuse_pods = [uid(p) for p in active]
         _set_condition(status, JobCondition.SUSPENDED, "True", *keys.JOB_SUSPENDED, now)
         return finish()
     if is_condition_true(status, JobCondition.SUSPENDED):
