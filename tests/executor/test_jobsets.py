@@ -222,3 +222,20 @@ def test_suspend_resume_and_a_deleted_job(cluster, executor_factory):
                       job["metadata"]["uid"]] and len(executor.processes()) == 2 and
              not any(is_alive(p) for p in old_pids), message="the Job to be recreated")
     assert cluster.jobset(name)["status"]["restarts"] == 0
+
+
+def test_pods_of_a_stopped_executor_fail_and_the_next_one_restarts_them(cluster,
+                                                                        executor_factory):
+    name = unique("node")
+    cluster.submit(name, custom_job(SLEEP, max_restarts=1))
+    first = executor_factory()
+    wait_for(lambda: len(first.processes()) == 2 and all(
+        p["status"].get("phase") == "Running" for p in cluster.pods(name)),
+        message="2 running pods")
+    first.stop()  # the nodes go away: the pods still say Running
+    assert [p["status"]["phase"] for p in cluster.pods(name)] == ["Running", "Running"]
+    second = executor_factory()
+    restarted = cluster.wait_jobset(name, lambda j: j["status"].get("restarts") == 1,
+                                    message="the restart")
+    assert restarted["status"]["restartsCountTowardsMax"] == 1  # exit 137: a retryable signal
+    wait_for(lambda: len(second.processes()) == 2, message="the restarted processes")
