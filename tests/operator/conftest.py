@@ -88,11 +88,11 @@ class Cluster:
         return r.json()
 
 
-def start_operator(cluster: Cluster, **overrides: Any) -> OperatorThread:
+def start_operator(cluster: Cluster, operator_kwargs: dict | None = None,
+                   **overrides: Any) -> OperatorThread:
+    """An operator with fast settings (and `overrides`), started in a thread."""
     settings = OperatorSettings(**(FAST.__dict__ | overrides))
-    operator = Operator(settings, load_api_config(cluster.kubeconfig), **overrides.pop(
-        "operator_kwargs", {})) if "operator_kwargs" in overrides else \
-        Operator(settings, load_api_config(cluster.kubeconfig))
+    operator = Operator(settings, load_api_config(cluster.kubeconfig), **(operator_kwargs or {}))
     return OperatorThread(operator).start()
 
 
