@@ -1,0 +1,100 @@
+"""Kubelet features the builders' JobSets do not use, on a hand-written JobSet: an init
+container, an emptyDir shared with the container, restartPolicy OnFailure (a restart in place,
+with the previous run's log kept), env from a Secret and a ConfigMap, `$(VAR)` in args, a
+ConfigMap volume with items and subPath, and a container whose program does not exist."""
+
+from __future__ import annotations
+
+import base64
+import sys
+
+import pytest
+from tests.executor.conftest import JOBSETS, condition, unique
+from tests.support.apiserver import wait_for
+
+pytestmark = pytest.mark.integration
+
+MAIN = """
+import os, sys
+state = '/data/attempts'
+n = int(open(state).read()) if os.path.exists(state) else 0
+open(state, 'w').write(str(n + 1))
+print('attempt', n, os.environ['GREETING'], os.environ['TOKEN'], open('/cfg/conf.txt').read())
+sys.exit(1 if n == 0 else 0)
+"""
+
+
+def _jobset(name: str, containers: list[dict], init: list[dict] | None = None) -> dict:
+    pod_spec = {"restartPolicy": "OnFailure", "containers": containers,
+                "terminationGracePeriodSeconds": 1,
+                "volumes": [{"name": "data", "emptyDir": {}},
+                            {"name": "cfg", "configMap": {"name": f"{name}-cfg", "items": [
+                                {"key": "conf", "path": "sub/conf.txt"}]}}]}
+    if init:
+        pod_spec["initContainers"] = init
+    return {"apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet",
+            "metadata": {"name": name},
+            "spec": {"replicatedJobs": [{"name": "w", "replicas": 1, "template": {"spec": {
+                "parallelism": 1, "completions": 1, "backoffLimit": 0,
+                "template": {"spec": pod_spec}}}}]}}
+
+
+def test_init_container_restart_in_place_secrets_and_volumes(cluster, executor_factory):
+    name = unique("kubelet")
+    kube = cluster.kube
+    ns = cluster.namespace
+    secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": f"{name}-token"},
+              "data": {"token": base64.b64encode(b"t0k3n").decode()}}
+    config = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": f"{name}-cfg"},
+              "data": {"conf": "from-configmap", "greeting": "hello"}}
+    for path, body in ((f"/api/v1/namespaces/{ns}/secrets", secret),
+                       (f"/api/v1/namespaces/{ns}/configmaps", config)):
+        assert kube.request("POST", path, json=body).status_code == 201
+    mounts = [{"name": "data", "mountPath": "/data"},
+              {"name": "cfg", "mountPath": "/cfg", "subPath": "sub"}]
+    init = [{"name": "prepare", "image": "busybox", "command": [sys.executable, "-c"],
+             "args": ["open('/data/attempts', 'w').write('0')"], "volumeMounts": mounts}]
+    main = {"name": "main", "image": "app", "command": ["python", "-c", "$(PROGRAM)"],
+            "volumeMounts": mounts, "env": [
+                {"name": "PROGRAM", "value": MAIN},
+                {"name": "GREETING", "valueFrom": {"configMapKeyRef": {
+                    "name": f"{name}-cfg", "key": "greeting"}}},
+                {"name": "TOKEN", "valueFrom": {"secretKeyRef": {
+                    "name": f"{name}-token", "key": "token"}}}]}
+    r = kube.request("POST", cluster.path(JOBSETS), json=_jobset(name, [main], init))
+    assert r.status_code == 201, r.text
+    executor = executor_factory(container_backoff_s=0.1)
+    done = cluster.wait_jobset(name, lambda j: j.get("status", {}).get("terminalState"),
+                               message="the JobSet to finish")
+    assert done["status"]["terminalState"] == "Completed"
+    (pod,) = cluster.pods(name)
+    status = pod["status"]
+    assert status["phase"] == "Succeeded"
+    assert status["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == 0
+    main_status = status["containerStatuses"][0]
+    assert main_status["restartCount"] == 1
+    assert main_status["lastState"]["terminated"]["exitCode"] == 1
+    pod_name = pod["metadata"]["name"]
+    assert executor.read_log(ns, pod_name, previous=True).strip() == \
+        "attempt 0 hello t0k3n from-configmap"
+    assert executor.read_log(ns, pod_name).strip() == "attempt 1 hello t0k3n from-configmap"
+    assert executor.read_log(ns, pod_name, "prepare") == ""
+
+
+def test_a_missing_program_fails_the_pod_with_start_error(cluster, executor_factory):
+    name = unique("noexec")
+    missing = {"name": "main", "image": "app", "command": ["no-such-program-here"]}
+    body = _jobset(name, [missing])
+    body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"].update(
+        restartPolicy="Never", volumes=[])
+    assert cluster.kube.request("POST", cluster.path(JOBSETS), json=body).status_code == 201
+    executor_factory()
+    done = cluster.wait_jobset(name, lambda j: j.get("status", {}).get("terminalState"),
+                               message="the JobSet to fail")
+    assert condition(done, "Failed")["reason"] == "FailedJobs"  # no failurePolicy
+    (pod,) = cluster.pods(name)
+    terminated = pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    assert (terminated["exitCode"], terminated["reason"]) == (128, "StartError")
+    assert "no-such-program-here" in terminated["message"]
+    wait_for(lambda: not cluster.jobs(name) or condition(cluster.jobs(name)[0], "Failed"),
+             message="the Job to fail")
