@@ -119,6 +119,12 @@ def _attr(value: Any, name: str) -> Any:
     raise CelError(f"no such key: {name}")
 
 
+_COMPARISONS = {ast.Eq: lambda a, b: a == b, ast.NotEq: lambda a, b: a != b,
+                ast.Lt: lambda a, b: a < b, ast.LtE: lambda a, b: a <= b,
+                ast.Gt: lambda a, b: a > b, ast.GtE: lambda a, b: a >= b,
+                ast.In: lambda a, b: a in b}
+
+
 def _eval(node: ast.AST, env: dict[str, Any]) -> Any:
     if isinstance(node, ast.Constant):
         return node.value
@@ -162,11 +168,7 @@ def _eval(node: ast.AST, env: dict[str, Any]) -> Any:
         for op, comparator in zip(node.ops, node.comparators, strict=True):
             right = _eval(comparator, env)
             try:
-                ok = {ast.Eq: left == right, ast.NotEq: left != right}.get(type(op)) \
-                    if isinstance(op, (ast.Eq, ast.NotEq)) else {
-                        ast.Lt: lambda: left < right, ast.LtE: lambda: left <= right,
-                        ast.Gt: lambda: left > right, ast.GtE: lambda: left >= right,
-                        ast.In: lambda: left in right}[type(op)]()
+                ok = _COMPARISONS[type(op)](left, right)
             except TypeError as err:
                 raise CelError(str(err)) from err
             if not ok:

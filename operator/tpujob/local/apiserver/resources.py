@@ -144,7 +144,7 @@ def types_from_crd(crd: dict[str, Any]) -> list[ResourceType]:
             namespaced=spec.get("scope", "Namespaced") == "Namespaced",
             short_names=tuple(names.get("shortNames") or ()),
             categories=tuple(names.get("categories") or ()),
-            status_subresource="status" in ((version.get("subresources") or {})),
+            status_subresource="status" in (version.get("subresources") or {}),
             schema=(version.get("schema") or {}).get("openAPIV3Schema"),
             printer_columns=columns, crd_name=crd["metadata"]["name"],
             list_kind_name=names.get("listKind"), field_selectors=_META | frozenset(
