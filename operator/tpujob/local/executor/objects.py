@@ -1,4 +1,4 @@
-"""Small pure helpers over Kubernetes objects as dicts: times, owners, conditions, finalizers."""
+"""Small pure functions over Kubernetes objects as dicts: times, owners, conditions, finalizers."""
 
 from __future__ import annotations
 
