@@ -5,8 +5,9 @@ A pod gets its own loopback address (its podIP and hostIP, see `network`), a dir
 volumes (ConfigMap and Secret files, emptyDirs), and per container a working directory, a
 termination message file and a log file (stdout and stderr together, one file per start).
 Container paths in command, args and env values are mapped to those host paths, and pod DNS
-names to addresses. Processes run in a process group of their own, so that stopping a container stops
-everything it started: SIGTERM, then SIGKILL when the (scaled) grace period is over.
+names to addresses. Processes run in a process group of their own, so that stopping a
+container stops everything it started: SIGTERM, then SIGKILL when the (scaled) grace period is
+over.
 """
 
 from __future__ import annotations
