@@ -333,9 +333,6 @@ def test_user_env_cannot_shadow_what_the_operator_sets(name: str, slices: int,
             assert len(names) == len(set(names)), names
 
 
-@pytest.mark.xfail(strict=True, reason="operator/tpujob/api/base.py _check_quantity refuses "
-                   "negative integers but not negative strings: '-1' or '-16Gi' passes "
-                   "validation, and Kubernetes then refuses every pod of the JobSet")
 @pytest.mark.parametrize("quantity", ["-1", "-16Gi", "-500m"])
 def test_negative_quantities_are_refused(quantity: str) -> None:
     job = _base_job()

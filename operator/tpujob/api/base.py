@@ -45,12 +45,15 @@ Timestamp = Annotated[
 ]
 """A point in time, serialized as Kubernetes serializes `metav1.Time`."""
 
-# The syntax of a Kubernetes resource.Quantity, as CRDs of core types state it.
-QUANTITY_PATTERN = (r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+# The syntax of a Kubernetes resource.Quantity, as CRDs of core types state it, less the leading
+# minus: every quantity the API takes is an amount, never negative.
+QUANTITY_PATTERN = (r"^\+?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
                     r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$")
 
 
 def _check_quantity(value: int | str) -> int | str:
+    if isinstance(value, str) and value.startswith("-"):
+        raise ValueError(f"a quantity must not be negative, got {value!r}")
     if isinstance(value, str) and not re.fullmatch(QUANTITY_PATTERN, value):
         raise ValueError(
             f"{value!r} is not a Kubernetes quantity (examples: 500m, 2, 16Gi, 1.5e9)")
