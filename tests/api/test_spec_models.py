@@ -219,6 +219,18 @@ def test_load_job_checks_kind_and_version():
     assert any(p.startswith("kind:") for p in err.value.problems)
 
 
+@pytest.mark.parametrize("left_out, says", [
+    ("apiVersion", "add `apiVersion: tpujob.dev/v1alpha1`"),
+    ("kind", "add `kind: TpuTrainingJob`"),
+])
+def test_load_job_requires_kind_and_version(left_out, says):
+    job = _job(BASE)
+    del job[left_out]
+    with pytest.raises(InvalidJobError) as err:
+        load_job(job)
+    assert err.value.problems == [f"{left_out}: required: {says} to the manifest"]
+
+
 def test_custom_trainer():
     spec = load_spec({**BASE, "trainer": {"command": ["python3", "-m", "MaxText.train"],
                                           "args": ["base.yml", "steps=10"]}})

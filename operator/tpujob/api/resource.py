@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pydantic import Field, ValidationError
+from pydantic import Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 from tpujob.api.base import ApiModel, format_errors
 from tpujob.api.spec import TpuTrainingJobSpec
@@ -26,11 +26,35 @@ CRD_NAME = f"{PLURAL}.{GROUP}"
 class TpuTrainingJob(ApiModel):
     """A JAX training run on Cloud TPU slices, supervised by the tpujob operator."""
 
-    api_version: Literal["tpujob.dev/v1alpha1"] = Field(API_VERSION, description="API version.")
-    kind: Literal["TpuTrainingJob"] = Field(KIND, description="Kind.")
+    # Required, not defaulted: the API server always sets both, so only a hand-written file can
+    # leave one out, and the owner reference of every child repeats them.
+    api_version: Literal["tpujob.dev/v1alpha1"] = Field(..., description="API version.")
+    kind: Literal["TpuTrainingJob"] = Field(..., description="Kind.")
     metadata: dict[str, Any] = Field(default_factory=dict, description="Object metadata.")
     spec: TpuTrainingJobSpec = Field(..., description="What to train and where.")
     status: TpuTrainingJobStatus | None = Field(None, description="Set by the operator.")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _identity_as_null(cls, data: Any) -> Any:
+        # A left-out apiVersion or kind goes on as null, so that the check below answers it
+        # with the value to write rather than pydantic's bare "Field required".
+        if not isinstance(data, dict):
+            return data
+        missing = {alias: None for name, (alias, _) in _IDENTITY.items()
+                   if alias not in data and name not in data}
+        return {**missing, **data}
+
+    @field_validator("api_version", "kind", mode="before")
+    @classmethod
+    def _identity_written(cls, value: Any, info: ValidationInfo) -> Any:
+        if value is None:
+            key, expected = _IDENTITY[info.field_name or ""]
+            raise ValueError(f"required: add `{key}: {expected}` to the manifest")
+        return value
+
+
+_IDENTITY = {"api_version": ("apiVersion", API_VERSION), "kind": ("kind", KIND)}
 
 
 class InvalidJobError(ValueError):
