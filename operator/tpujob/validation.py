@@ -2,18 +2,21 @@
 TPU is spent. Pure: a parsed job in, a verdict out (the first problem, with the field it names
 and what would be valid), so the operator, the admission webhook and `tpujob render` agree.
 
-Order: the spec's own schema, then the slice (and whether the job's name leaves room for its
-pods' host names), the mesh against the slice's topology, the
-trainer config (the trainer's own schema, with the job's settings laid over it), and the model's
-memory against the slice's HBM.
+Order: the object's own schema (apiVersion, kind, metadata, spec), the job's name (a DNS label),
+then the slice (and whether the name leaves room for its pods' host names), the mesh against
+the slice's topology, the trainer config (the trainer's own schema, with the job's settings laid
+over it), and the model's memory against the slice's HBM.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
 from tpujob.api.resource import InvalidJobError, TpuTrainingJob, load_job
+from tpujob.api.spec import DNS_LABEL_PATTERN
 from tpujob.builders.names import host_fqdn
 from tpujob.builders.trainer_config import build_trainer_config
 from tpujob_plan.errors import PlanError
@@ -45,12 +48,19 @@ class Verdict:
 
 def validate_job(obj: dict[str, Any]) -> Verdict:
     """Validate a TpuTrainingJob object as read from YAML or the API server."""
+    if isinstance(obj, Mapping) and not isinstance(obj.get("metadata", {}), Mapping):
+        return Verdict.refuse("InvalidSpec", "metadata",
+                              "must be a mapping holding at least the job's name "
+                              "(metadata: {name: my-job})")
     try:
         job = load_job(obj)
     except InvalidJobError as err:
         first = err.problems[0]
         field = first.split(":", 1)[0].strip() if ":" in first else "spec"
         return Verdict(False, reason="InvalidSpec", field=field, message="; ".join(err.problems))
+    problem = _name_problem(job.metadata.get("name"))
+    if problem:
+        return Verdict.refuse("InvalidName", "metadata.name", problem, job=job)
     spec = job.spec
     try:
         plan = plan_slice(spec.slice, slices=spec.slices, machine_type=spec.machine_type,
@@ -79,6 +89,21 @@ def validate_job(obj: dict[str, Any]) -> Verdict:
     if spec.is_custom_trainer:
         return Verdict(True, job=job, plan=plan, mesh=mesh)
     return _validate_trainer(job, plan, mesh)
+
+
+def _name_problem(name: Any) -> str | None:
+    """What is wrong with a job's name, if anything: the JobSet, its ConfigMap and the pods'
+    host names are made from it, so it must be a DNS label."""
+    valid = (f"use a DNS label: lowercase letters, digits and '-', starting and ending with a "
+             f"letter or digit, at most {MAX_HOSTNAME} characters (e.g. llama-8b-run1)")
+    if name is None:
+        return f"required; {valid}"
+    if not isinstance(name, str):
+        return f"must be a string; {valid}"
+    if len(name) > MAX_HOSTNAME or not re.fullmatch(DNS_LABEL_PATTERN, name):
+        shown = repr(name) if len(name) <= 2 * MAX_HOSTNAME else f"{name[:MAX_HOSTNAME]!r}..."
+        return f"{shown} is not a valid name; {valid}"
+    return None
 
 
 def _validate_trainer(job: TpuTrainingJob, plan: SlicePlan, mesh: MeshPlan) -> Verdict:

@@ -66,6 +66,42 @@ def test_impossible_jobs_are_refused(spec, reason, field, says):
     assert says in verdict.message and verdict.message.startswith(field)
 
 
+LEFT_OUT = object()
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "key, value, reason, field, says",
+    [
+        ("apiVersion", LEFT_OUT, "InvalidSpec", "apiVersion", "apiVersion: tpujob.dev/v1alpha1"),
+        ("apiVersion", "tpujob.dev/v1", "InvalidSpec", "apiVersion", "'tpujob.dev/v1alpha1'"),
+        ("kind", LEFT_OUT, "InvalidSpec", "kind", "kind: TpuTrainingJob"),
+        ("metadata", None, "InvalidSpec", "metadata", "must be a mapping"),
+        ("metadata", ["j"], "InvalidSpec", "metadata", "must be a mapping"),
+        ("metadata", "j", "InvalidSpec", "metadata", "must be a mapping"),
+        ("metadata", LEFT_OUT, "InvalidName", "metadata.name", "required; use a DNS label"),
+        ("metadata", {"namespace": "ns"}, "InvalidName", "metadata.name", "required"),
+        ("metadata", {"name": None}, "InvalidName", "metadata.name", "required"),
+        ("metadata", {"name": 5}, "InvalidName", "metadata.name", "must be a string"),
+        ("metadata", {"name": ""}, "InvalidName", "metadata.name", "use a DNS label"),
+        ("metadata", {"name": "My_Job"}, "InvalidName", "metadata.name", "lowercase letters"),
+        ("metadata", {"name": "-j"}, "InvalidName", "metadata.name", "starting and ending"),
+        ("metadata", {"name": "a.b"}, "InvalidName", "metadata.name", "use a DNS label"),
+        ("metadata", {"name": "j" * 64}, "InvalidName", "metadata.name", "at most 63"),
+    ],
+)
+def test_objects_kubernetes_would_refuse_are_refused(key, value, reason, field, says):
+    job = _job()
+    if value is LEFT_OUT:
+        del job[key]
+    else:
+        job[key] = value
+    verdict = validate_job(job)
+    assert not verdict.valid
+    assert (verdict.reason, verdict.field) == (reason, field)
+    assert says in verdict.message and verdict.message.startswith(field)
+
+
 @pytest.mark.unit
 def test_a_possible_job_passes_with_its_plan():
     verdict = validate_job(_job(parallelism={"ici": {"fsdp": -1, "tensor": 4}}))

@@ -93,11 +93,6 @@ def _known_bug(obj: Any) -> str | None:
                 pass
             except Exception:  # noqa: BLE001 - what validate_job lets escape
                 return "override value YAML cannot construct"
-    metadata = obj.get("metadata", {})
-    if isinstance(metadata, dict):
-        name = metadata.get("name")
-        if not isinstance(name, str) or not DNS_LABEL.match(name):
-            return "metadata.name not a DNS label"
     env = spec.get("env")
     for var in env if isinstance(env, list) else []:
         source = var.get("valueFrom") if isinstance(var, dict) else None
@@ -249,12 +244,6 @@ def test_override_values_yaml_cannot_read_are_refused(value: str) -> None:
     assert not verdict.valid and verdict.field == "spec.trainer.config"
 
 
-@pytest.mark.xfail(strict=True, raises=(AssertionError, KeyError),
-                   reason="operator/tpujob/validation.py validate_job never checks "
-                          "metadata.name: a missing name (or metadata) passes and then "
-                          "operator/tpujob/builders/jobset.py build_children raises KeyError; a "
-                          "name Kubernetes refuses (not a DNS label) passes and is rendered as "
-                          "the JobSet's and ConfigMap's name")
 @pytest.mark.parametrize("name", ["(no metadata)", "(no name)", None, 5, "", "ジョブ", "a b",
                                   "UPPER", "a;rm -rf /", "-x"])
 def test_job_names_kubernetes_refuses_are_refused(name: Any) -> None:
