@@ -1,6 +1,7 @@
 """Pre-flight validation: an impossible job is refused with the field at fault and what would be
 valid; a possible one passes with its plan. And `tpujob render` on top of it."""
 
+import argparse
 import os
 import shutil
 import subprocess
@@ -138,3 +139,30 @@ def test_render_refuses_an_invalid_job_and_prints_nothing():
     r = _tpujob("render", "-", stdin=yaml.safe_dump(_job(slice="v6e-12")))
     assert r.returncode == 1 and r.stdout == ""
     assert "InvalidSlice" in r.stderr and "spec.slice" in r.stderr
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize(
+    "key, value, says",
+    [
+        ("metadata", None, "metadata: must be a mapping"),
+        ("metadata", ["j"], "metadata: must be a mapping"),
+        ("metadata", "j", "metadata: must be a mapping"),
+        ("metadata", {"namespace": "ns"}, "metadata.name: required"),
+        ("apiVersion", LEFT_OUT, "apiVersion: required: add `apiVersion: tpujob.dev/v1alpha1`"),
+        ("kind", LEFT_OUT, "kind: required: add `kind: TpuTrainingJob`"),
+    ],
+)
+def test_render_refuses_a_malformed_object_naming_the_field(tmp_path, capsys, key, value, says):
+    from tpujob.cli import render_cmd
+
+    job = _job()
+    if value is LEFT_OUT:
+        del job[key]
+    else:
+        job[key] = value
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    assert render_cmd.run(argparse.Namespace(file=str(path), namespace=None)) == 1
+    out, err = capsys.readouterr()
+    assert out == "" and says in err

@@ -322,10 +322,6 @@ def test_negative_quantities_are_refused(quantity: str) -> None:
     assert not verdict.valid and verdict.field.startswith("spec.resources.requests")
 
 
-@pytest.mark.xfail(strict=True, raises=(TypeError, AttributeError),
-                   reason="operator/tpujob/cli/render_cmd.py run assumes metadata is a mapping "
-                          "(doc.setdefault('metadata', {})['namespace'] = ...): `metadata:` "
-                          "left empty (null) or a list raises instead of an error naming it")
 @pytest.mark.parametrize("metadata", [None, [], "x"])
 def test_render_refuses_metadata_that_is_not_a_mapping(tmp_path, metadata: Any) -> None:
     from tpujob.cli import render_cmd

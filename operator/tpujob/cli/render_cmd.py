@@ -22,6 +22,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     import yaml
 
+    from tpujob.api.resource import API_VERSION, KIND
     from tpujob.builders.jobset import build_children
     from tpujob.validation import validate_job
 
@@ -34,13 +35,18 @@ def run(args: argparse.Namespace) -> int:
     out: list[dict] = []
     failed = False
     for doc in docs:
-        if not isinstance(doc, dict) or doc.get("kind") != "TpuTrainingJob":
+        # A document of our apiVersion without a kind is a job missing its kind: validate_job
+        # then says what to write, where skipping it would only report that no job was found.
+        if not isinstance(doc, dict) or doc.get("kind", doc.get("apiVersion")) not in (
+                KIND, API_VERSION):
             continue
         meta = doc.setdefault("metadata", {})
-        meta["namespace"] = args.namespace or meta.get("namespace") or "default"
-        meta.setdefault("uid", "(assigned by the API server)")
+        if isinstance(meta, dict):  # otherwise validate_job refuses it, naming metadata
+            meta["namespace"] = args.namespace or meta.get("namespace") or "default"
+            meta.setdefault("uid", "(assigned by the API server)")
         verdict = validate_job(doc)
-        name = meta.get("name", "?")
+        name = meta.get("name") if isinstance(meta, dict) else None
+        name = name if isinstance(name, str) and name else args.file
         if not verdict.valid:
             print(f"error: {name}: {verdict.reason}: {verdict.message}", file=sys.stderr)
             failed = True
@@ -52,7 +58,8 @@ def run(args: argparse.Namespace) -> int:
                   f"{verdict.plan.workload_policy} (HIGH_THROUGHPUT, accelerator topology "
                   f"{verdict.plan.slice_type.topology})", file=sys.stderr)
     if not docs or (not out and not failed):
-        print(f"error: {args.file}: no TpuTrainingJob found", file=sys.stderr)
+        print(f"error: {args.file}: no TpuTrainingJob found (a document with kind: "
+              f"{KIND})", file=sys.stderr)
         return 1
     print(yaml.safe_dump_all(out, sort_keys=False), end="")
     return 1 if failed else 0
