@@ -68,11 +68,11 @@ def test_camel_case_in_yaml_snake_case_in_python():
     assert spec.scheduling.queue_name == "tpu-queue"
     assert spec.wandb.api_key_secret.key == "api-key"
     assert spec.wandb.mode is WandbMode.ONLINE
-    assert spec.env[0].value_from == {"secretKeyRef": {"name": "s", "key": "k"}}
+    assert spec.env[0].value_from.secret_key_ref.key == "k"
     d = spec.to_dict()
     assert d["restartPolicy"]["maxRestarts"] == 5
     assert d["wandb"]["apiKeySecret"] == {"name": "wandb", "key": "api-key"}
-    assert d["env"][0]["valueFrom"]["secretKeyRef"]["name"] == "s"
+    assert d["env"][0]["valueFrom"] == {"secretKeyRef": {"name": "s", "key": "k"}}
     assert load_spec(d) == spec
 
 
@@ -152,8 +152,35 @@ INVALID = [
     ({"env": [{"name": "WANDB_API_KEY", "value": "abc"}]}, "spec.env[0]", "secret"),
     ({"env": [{"name": "TPUJOB_PROCESS_ID", "value": "1"}]}, "spec.env[0]", "operator sets"),
     ({"env": [{"name": "TPU_WORKER_ID", "value": "1"}]}, "spec.env[0]", "operator sets"),
-    ({"env": [{"name": "A", "value": "1", "valueFrom": {"fieldRef": {}}}]}, "spec.env[0]",
-     "not both"),
+    ({"env": [{"name": "A", "value": "1", "valueFrom": {"fieldRef": {
+        "fieldPath": "metadata.name"}}}]}, "spec.env[0]", "not both"),
+    ({"env": [{"name": "A", "valueFrom": {}}]}, "spec.env[0].valueFrom", "exactly one of"),
+    ({"env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name"},
+                                          "secretKeyRef": {"name": "s", "key": "k"}}}]},
+     "spec.env[0].valueFrom", "exactly one of"),
+    ({"env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k",
+                                                           "namespace": "kube-system"}}}]},
+     "spec.env[0].valueFrom.secretKeyRef.namespace", "Extra inputs"),
+    ({"env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "c", "key": "k",
+                                                              "namespace": "kube-system"}}}]},
+     "spec.env[0].valueFrom.configMapKeyRef.namespace", "Extra inputs"),
+    ({"env": [{"name": "A", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"},
+                                          "value": "literal"}}]},
+     "spec.env[0].valueFrom.value", "Extra inputs"),
+    ({"env": [{"name": "A", "valueFrom": {"secretKeyRef": {"key": "k"}}}]},
+     "spec.env[0].valueFrom.secretKeyRef.name", "Field required"),
+    ({"env": [{"name": "A", "valueFrom": {"configMapKeyRef": {"name": "Bad_Name", "key": "k"}}}]},
+     "spec.env[0].valueFrom.configMapKeyRef.name", "pattern"),
+    ({"env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "spec.containers"}}}]},
+     "spec.env[0].valueFrom.fieldRef.fieldPath", "metadata.labels['<key>']"),
+    ({"env": [{"name": "A", "valueFrom": {"fieldRef": {"fieldPath": "metadata.name",
+                                                       "apiVersion": "v2"}}}]},
+     "spec.env[0].valueFrom.fieldRef.apiVersion", "v1"),
+    ({"env": [{"name": "A", "valueFrom": {"resourceFieldRef": {"resource": "limits.gpu"}}}]},
+     "spec.env[0].valueFrom.resourceFieldRef.resource", "requests.<resource>"),
+    ({"env": [{"name": "A", "valueFrom": {"resourceFieldRef": {"resource": "limits.cpu",
+                                                               "divisor": "-1m"}}}]},
+     "spec.env[0].valueFrom.resourceFieldRef.divisor", "must not be negative"),
     ({"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}, "spec.env",
      "duplicate"),
     ({"env": [{"name": "1A", "value": "1"}]}, "spec.env[0].name", "pattern"),
@@ -229,6 +256,26 @@ def test_load_job_requires_kind_and_version(left_out, says):
     with pytest.raises(InvalidJobError) as err:
         load_job(job)
     assert err.value.problems == [f"{left_out}: required: {says} to the manifest"]
+
+
+@pytest.mark.parametrize("value_from", [
+    {"secretKeyRef": {"name": "s", "key": "k"}},
+    {"secretKeyRef": {"name": "s.x", "key": "api.key", "optional": True}},
+    {"configMapKeyRef": {"name": "c", "key": "k", "optional": False}},
+    {"fieldRef": {"fieldPath": "metadata.name"}},
+    {"fieldRef": {"fieldPath": "metadata.labels['jobset.sigs.k8s.io/job-index']",
+                  "apiVersion": "v1"}},
+    {"fieldRef": {"fieldPath": "status.podIP"}},
+    {"resourceFieldRef": {"resource": "limits.memory", "divisor": "1Mi"}},
+    {"resourceFieldRef": {"resource": "requests.cpu", "containerName": "trainer",
+                          "divisor": 1}},
+])
+def test_env_value_from_round_trips_as_written(root_schema, value_from):
+    spec_dict = {**BASE, "env": [{"name": "A", "valueFrom": value_from}]}
+    spec = load_spec(spec_dict)
+    assert spec.to_dict()["env"] == [{"name": "A", "valueFrom": value_from}]
+    assert spec.model_dump(by_alias=True, mode="json")["env"][0]["valueFrom"] == value_from
+    assert k8s.validate_object(root_schema, _job(spec_dict)) == []
 
 
 def test_custom_trainer():

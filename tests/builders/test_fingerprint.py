@@ -4,7 +4,12 @@ operator applies live."""
 import pytest
 
 from tpujob.api.resource import load_spec
-from tpujob.builders.fingerprint import changed_fields, encode_fingerprint
+from tpujob.builders.fingerprint import (
+    _digest,
+    build_fingerprint,
+    changed_fields,
+    encode_fingerprint,
+)
 
 pytestmark = pytest.mark.unit
 BASE = {"slice": "v6e-16", "image": "trainer:1", "output": "gs://bucket/run"}
@@ -29,3 +34,12 @@ def test_changed_fields(change, fields):
 @pytest.mark.parametrize("annotation", [None, "", "not json", "[]"])
 def test_unknown_fingerprint_means_the_whole_spec(annotation):
     assert changed_fields(load_spec(BASE), annotation) == ("spec",)
+
+
+def test_env_value_from_is_hashed_as_written():
+    # Sources and optional keys left unset are not hashed as nulls: the fingerprint of a
+    # variable does not depend on how many optional keys the API knows.
+    value_from = {"secretKeyRef": {"name": "s", "key": "k"}}
+    spec = load_spec(BASE | {"env": [{"name": "A", "valueFrom": value_from}]})
+    assert build_fingerprint(spec)["env"] == _digest(
+        [{"name": "A", "value": None, "valueFrom": value_from}])

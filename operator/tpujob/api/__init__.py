@@ -16,15 +16,20 @@ from tpujob.api.resource import (
     load_spec,
 )
 from tpujob.api.spec import (
+    ConfigMapKeySelector,
     DataKind,
     DataSpec,
     EnvVar,
+    EnvVarSource,
     MeshAxis,
+    ObjectFieldSelector,
     Parallelism,
+    ResourceFieldSelector,
     Resources,
     RestartPolicy,
     Scheduling,
     SecretKeyRef,
+    SecretKeySelector,
     StallAction,
     TpuTrainingJobSpec,
     TrainerSpec,
@@ -47,10 +52,11 @@ from tpujob.api.status import (
 
 __all__ = [
     "API_VERSION", "CRD_NAME", "GROUP", "KIND", "PLURAL", "SHORT_NAMES", "VERSION",
-    "Condition", "ConditionStatus", "ConditionType", "DataKind", "DataSpec", "EnvVar",
-    "Failure", "FailureReason", "InvalidJobError", "MeshAxis", "Parallelism", "Phase",
-    "Progress", "Resources", "RestartPolicy", "Scheduling", "SecretKeyRef", "SliceStatus",
-    "StallAction", "TpuTrainingJob", "TpuTrainingJobSpec", "TpuTrainingJobStatus",
-    "TrainerSpec", "WandbMode", "WandbSpec", "build_conditions", "find_condition",
-    "format_errors", "load_job", "load_spec",
+    "Condition", "ConditionStatus", "ConditionType", "ConfigMapKeySelector", "DataKind",
+    "DataSpec", "EnvVar", "EnvVarSource", "Failure", "FailureReason", "InvalidJobError",
+    "MeshAxis", "ObjectFieldSelector", "Parallelism", "Phase", "Progress",
+    "ResourceFieldSelector", "Resources", "RestartPolicy", "Scheduling", "SecretKeyRef",
+    "SecretKeySelector", "SliceStatus", "StallAction", "TpuTrainingJob", "TpuTrainingJobSpec",
+    "TpuTrainingJobStatus", "TrainerSpec", "WandbMode", "WandbSpec", "build_conditions",
+    "find_condition", "format_errors", "load_job", "load_spec",
 ]

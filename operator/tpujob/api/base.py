@@ -13,8 +13,10 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     PlainSerializer,
+    SerializerFunctionWrapHandler,
     ValidationError,
     WithJsonSchema,
+    model_serializer,
 )
 from pydantic.alias_generators import to_camel
 
@@ -29,6 +31,16 @@ class ApiModel(BaseModel):
     def to_dict(self) -> dict[str, Any]:
         """The object as it is written in YAML: camelCase keys, unset optional fields left out."""
         return self.model_dump(mode="json", by_alias=True, exclude_none=True)
+
+
+class SparseApiModel(ApiModel):
+    """An ApiModel that leaves its unset optional fields out of every dump, not only `to_dict`:
+    for Kubernetes structures the operator copies into the objects it creates (an
+    EnvVarSource), so that they read, and hash, exactly as they were written."""
+
+    @model_serializer(mode="wrap")
+    def _without_unset(self, handler: SerializerFunctionWrapHandler) -> Any:
+        return {k: v for k, v in handler(self).items() if v is not None}
 
 
 def _to_utc_rfc3339(value: datetime) -> str:

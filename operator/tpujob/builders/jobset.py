@@ -93,7 +93,7 @@ def _container(spec: TpuTrainingJobSpec, plan: SlicePlan, jobset_name: str, name
         "limits": {**spec.resources.limits, **plan.container_resources["limits"]},
     }
     env = build_process_env(jobset_name, plan, index)
-    env += [e.model_dump(by_alias=True, exclude_none=True) for e in spec.env]
+    env += [e.to_dict() for e in spec.env]
     if spec.wandb is not None and spec.wandb.api_key_secret is not None:
         ref = spec.wandb.api_key_secret
         env.append({"name": "WANDB_API_KEY", "valueFrom": {
