@@ -152,6 +152,15 @@ INVALID = [
     ({"env": [{"name": "WANDB_API_KEY", "value": "abc"}]}, "spec.env[0]", "secret"),
     ({"env": [{"name": "TPUJOB_PROCESS_ID", "value": "1"}]}, "spec.env[0]", "operator sets"),
     ({"env": [{"name": "TPU_WORKER_ID", "value": "1"}]}, "spec.env[0]", "operator sets"),
+    ({"env": [{"name": "MEGASCALE_NUM_SLICES", "value": "2"}]}, "spec.env[0]", "MEGASCALE_*"),
+    ({"env": [{"name": "MEGASCALE_COORDINATOR_ADDRESS", "value": "x"}]}, "spec.env[0]",
+     "operator sets"),
+    ({"wandb": {"project": "p", "apiKeySecret": {"name": "w", "key": "k"}},
+      "env": [{"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
+     "spec.env", "from wandb.apiKeySecret"),
+    ({"wandb": {"project": "p", "mode": "offline", "apiKeySecret": {"name": "w", "key": "k"}},
+      "env": [{"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
+     "spec.env", "remove it from env"),
     ({"env": [{"name": "A", "value": "1", "valueFrom": {"fieldRef": {
         "fieldPath": "metadata.name"}}}]}, "spec.env[0]", "not both"),
     ({"env": [{"name": "A", "valueFrom": {}}]}, "spec.env[0].valueFrom", "exactly one of"),
@@ -276,6 +285,18 @@ def test_env_value_from_round_trips_as_written(root_schema, value_from):
     assert spec.to_dict()["env"] == [{"name": "A", "valueFrom": value_from}]
     assert spec.model_dump(by_alias=True, mode="json")["env"][0]["valueFrom"] == value_from
     assert k8s.validate_object(root_schema, _job(spec_dict)) == []
+
+
+@pytest.mark.parametrize("change", [
+    {"env": [{"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
+    {"wandb": {"project": "p", "mode": "offline"},
+     "env": [{"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
+    {"env": [{"name": "MEGASCALE", "value": "1"}, {"name": "XLA_FLAGS", "value": "--x"}]},
+])
+def test_env_the_operator_leaves_alone_is_accepted(root_schema, change):
+    assert [e.name for e in load_spec({**BASE, **change}).env] == [
+        e["name"] for e in change["env"]]
+    assert k8s.validate_object(root_schema, _job({**BASE, **change})) == []
 
 
 def test_custom_trainer():

@@ -276,10 +276,6 @@ def test_env_value_from_cannot_leave_the_namespace_or_carry_literals(value_from:
         assert verdict.field.startswith("spec.env[0].valueFrom")
 
 
-@pytest.mark.xfail(strict=True, reason="operator/tpujob/api/spec.py RESERVED_ENV_NAMES leaves out "
-                   "the MEGASCALE_* variables the operator sets on multislice jobs and "
-                   "WANDB_API_KEY, which it sets from wandb.apiKeySecret: a user env of the same "
-                   "name renders a container with the variable twice (the last one wins)")
 @pytest.mark.parametrize("name, slices, wandb", [
     ("MEGASCALE_NUM_SLICES", 2, False), ("MEGASCALE_COORDINATOR_ADDRESS", 2, False),
     ("WANDB_API_KEY", 1, True),

@@ -10,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Annotated, Any
 
-from pydantic import ConfigDict, Field, field_validator, model_validator
+from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 from tpujob.api.base import ApiModel, Quantity, SparseApiModel, pattern_string
 from tpujob.api.schema import cel_extra, cel_rule
@@ -47,9 +47,14 @@ OutputLocation = pattern_string(
     OUTPUT_PATTERN, "use gs://<bucket>/<prefix> (a valid bucket name: lowercase letters, digits, "
     "'-', '_', '.') or a path in the container")
 
-# The operator sets these itself to wire the JAX processes together; a user value would break it.
-RESERVED_ENV_PREFIX = "TPUJOB_"
+# The operator sets these itself to wire the JAX processes (TPUJOB_*) and, on multislice jobs,
+# the slices over DCN (MEGASCALE_*) together; a user value would break it.
+RESERVED_ENV_PREFIXES = ("TPUJOB_", "MEGASCALE_")
 RESERVED_ENV_NAMES = ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES")
+RESERVED_ENV_DOC = (f"{', '.join(p + '*' for p in RESERVED_ENV_PREFIXES)}, "
+                    f"{' and '.join(RESERVED_ENV_NAMES)}")
+# Set by the operator from wandb.apiKeySecret, when that is given.
+WANDB_KEY_ENV = "WANDB_API_KEY"
 # The one resource the operator derives from the slice; users must not request it by hand.
 TPU_RESOURCE = "google.com/tpu"
 
@@ -316,11 +321,10 @@ class EnvVar(ApiModel):
 
     model_config = ConfigDict(json_schema_extra=cel_extra(
         cel_rule("!(has(self.value) && has(self.valueFrom))", "set value or valueFrom, not both"),
-        cel_rule(f"!self.name.startsWith('{RESERVED_ENV_PREFIX}') && !(self.name in "
-                 f"[{', '.join(repr(n) for n in RESERVED_ENV_NAMES)}])",
-                 f"the operator sets {RESERVED_ENV_PREFIX}* and "
-                 f"{', '.join(RESERVED_ENV_NAMES)} itself", ".name"),
-        cel_rule("self.name != 'WANDB_API_KEY' || !has(self.value)",
+        cel_rule(" && ".join([*(f"!self.name.startsWith('{p}')" for p in RESERVED_ENV_PREFIXES),
+                              f"!(self.name in [{', '.join(repr(n) for n in RESERVED_ENV_NAMES)}])"]),
+                 f"the operator sets {RESERVED_ENV_DOC} itself", ".name"),
+        cel_rule(f"self.name != '{WANDB_KEY_ENV}' || !has(self.value)",
                  "a secret must not be written in the job: use wandb.apiKeySecret or "
                  "valueFrom.secretKeyRef", ".value"),
     ))
@@ -338,11 +342,10 @@ class EnvVar(ApiModel):
     def _one_source(self) -> EnvVar:
         if self.value is not None and self.value_from is not None:
             raise ValueError(f"env {self.name}: set value or valueFrom, not both")
-        if self.name.startswith(RESERVED_ENV_PREFIX) or self.name in RESERVED_ENV_NAMES:
-            raise ValueError(f"env {self.name}: the operator sets {RESERVED_ENV_PREFIX}* and "
-                             f"{', '.join(RESERVED_ENV_NAMES)} itself")
-        if self.name == "WANDB_API_KEY" and self.value is not None:
-            raise ValueError("env WANDB_API_KEY: a secret must not be written in the job; use "
+        if self.name.startswith(RESERVED_ENV_PREFIXES) or self.name in RESERVED_ENV_NAMES:
+            raise ValueError(f"env {self.name}: the operator sets {RESERVED_ENV_DOC} itself")
+        if self.name == WANDB_KEY_ENV and self.value is not None:
+            raise ValueError(f"env {WANDB_KEY_ENV}: a secret must not be written in the job; use "
                              "wandb.apiKeySecret or valueFrom.secretKeyRef")
         return self
 
@@ -408,15 +411,25 @@ class RestartPolicy(ApiModel):
         description="Restart, Fail or Ignore when no step completes within stallTimeoutSeconds.")
 
 
+_WANDB_KEY_SET = (f"the operator sets {WANDB_KEY_ENV} from wandb.apiKeySecret; remove it "
+                  "from env, or remove wandb.apiKeySecret to pass the key yourself")
+
+
 class TpuTrainingJobSpec(ApiModel):
     """A JAX training run on one or more TPU slices."""
 
     # A rule on machineType itself would not see it being added or removed after creation.
-    model_config = ConfigDict(json_schema_extra=cel_extra(cel_rule(
-        "has(self.machineType) == has(oldSelf.machineType) && "
-        "(!has(self.machineType) || self.machineType == oldSelf.machineType)",
-        "spec.machineType is immutable: delete the job and create it again to change it",
-        ".machineType")))
+    model_config = ConfigDict(json_schema_extra=cel_extra(
+        cel_rule(
+            "has(self.machineType) == has(oldSelf.machineType) && "
+            "(!has(self.machineType) || self.machineType == oldSelf.machineType)",
+            "spec.machineType is immutable: delete the job and create it again to change it",
+            ".machineType"),
+        cel_rule(
+            "!has(self.wandb) || !has(self.wandb.apiKeySecret) || !has(self.env) || "
+            f"!self.env.exists(e, e.name == '{WANDB_KEY_ENV}')",
+            _WANDB_KEY_SET, ".env"),
+    ))
 
     slice: SliceName = Field(
         ..., json_schema_extra=cel_extra(cel_rule(
@@ -471,11 +484,15 @@ class TpuTrainingJobSpec(ApiModel):
 
     @field_validator("env")
     @classmethod
-    def _unique_env(cls, env: list[EnvVar]) -> list[EnvVar]:
+    def _unique_env(cls, env: list[EnvVar], info: ValidationInfo) -> list[EnvVar]:
         names = [e.name for e in env]
         duplicates = sorted({n for n in names if names.count(n) > 1})
         if duplicates:
             raise ValueError(f"duplicate names {', '.join(duplicates)}")
+        # wandb is declared before env, so it is here when it was valid.
+        wandb = info.data.get("wandb")
+        if WANDB_KEY_ENV in names and wandb is not None and wandb.api_key_secret is not None:
+            raise ValueError(_WANDB_KEY_SET)
         return env
 
     @property
