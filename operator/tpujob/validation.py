@@ -84,8 +84,11 @@ def validate_job(obj: dict[str, Any]) -> Verdict:
         hint = ""
         if mesh.suggestions:
             hint = "; valid layouts: " + " | ".join(format_axes(s) for s in mesh.suggestions)
-        return Verdict.refuse("InvalidMesh", mesh.field or "spec.parallelism",
-                              f"{mesh.error}{hint}", job=job, plan=plan, mesh=mesh)
+        field = mesh.field or "spec.parallelism"
+        error = mesh.error or ""
+        error = error[len(field) + 2:] if error.startswith(f"{field}: ") else error
+        return Verdict.refuse("InvalidMesh", field, f"{error}{hint}", job=job, plan=plan,
+                              mesh=mesh)
     if spec.is_custom_trainer:
         return Verdict(True, job=job, plan=plan, mesh=mesh)
     return _validate_trainer(job, plan, mesh)
