@@ -1,5 +1,7 @@
-"""`tpujob local ...`: run tpujob on this machine. `tpujob local api` serves the embedded
-Kubernetes API server in the foreground and writes a kubeconfig pointing at it."""
+"""`tpujob local ...`: run tpujob on this machine. `tpujob local run FILE` runs the jobs in
+FILE to the end and shows their progress; `tpujob local up` keeps everything running for kubectl;
+`tpujob local api` serves the embedded Kubernetes API server alone. Each writes a kubeconfig
+pointing at its server."""
 
 from __future__ import annotations
 
@@ -7,6 +9,7 @@ import argparse
 import os
 import sys
 import threading
+from pathlib import Path
 
 DEFAULT_KUBECONFIG = os.path.join(".tpujob", "kubeconfig")
 
@@ -29,6 +32,42 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     api.add_argument("--no-jobset", action="store_true",
                      help="do not preload the bundled JobSet CRD")
     api.set_defaults(func=run_api)
+
+    run = local.add_parser(
+        "run", help="run the jobs in FILE on this machine and show their progress",
+        description="Start an embedded Kubernetes API server, the operator (the same code as "
+                    "in a cluster), a local executor that runs the JobSet's pods as processes "
+                    "(JAX on CPU) and a GCS emulator for gs:// outputs; apply FILE; show each "
+                    "TpuTrainingJob's progress until it ends; stop everything. Exit status: 0 "
+                    "every job succeeded, 1 a job failed or was refused, 2 FILE is unusable, "
+                    "124 timed out, 130 interrupted (Ctrl-C), 143 terminated (SIGTERM).")
+    run.add_argument("file", metavar="FILE", help="YAML with one or more TpuTrainingJobs")
+    _add_common(run)
+    run.add_argument("--timeout", type=float, default=None, metavar="S",
+                     help="give up after S seconds (exit 124; default: no limit)")
+    run.set_defaults(func=run_run)
+
+    up = local.add_parser(
+        "up", help="keep the API server, operator, executor and GCS emulator running for kubectl",
+        description="Start local mode (API server, operator, executor, GCS emulator), write a "
+                    "kubeconfig and keep running until Ctrl-C; then stop everything.")
+    up.add_argument("--port", type=int, default=0,
+                    help="API server port (default: a free port)")
+    up.add_argument("--kubeconfig", default=DEFAULT_KUBECONFIG,
+                    help=f"where to write the kubeconfig (default: {DEFAULT_KUBECONFIG})")
+    _add_common(up)
+    up.set_defaults(func=run_up)
+
+
+def _add_common(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--workdir", type=Path, default=None, metavar="DIR",
+                        help="work directory: pod logs, the emulated bucket, the operator's log "
+                             "(kept); default: a temporary directory, removed at the end")
+    parser.add_argument("--keep", action="store_true",
+                        help="keep the temporary work directory and print where it is")
+    parser.add_argument("--cpu-devices", type=int, default=1, metavar="N",
+                        help="JAX CPU devices per trainer process (default: 1); a v6e-8 runs "
+                             "as its 2 host processes with N devices each")
 
 
 def run_api(args: argparse.Namespace) -> int:
@@ -58,3 +97,30 @@ def run_api(args: argparse.Namespace) -> int:
     finally:
         server.stop()
     return 0
+
+
+def _options(args: argparse.Namespace, timeout: float | None = None):
+    from tpujob.local.session import RunOptions
+
+    if args.cpu_devices < 1:
+        raise SystemExit("tpujob local: --cpu-devices must be at least 1")
+    return RunOptions(timeout_s=timeout, workdir=args.workdir, keep=args.keep,
+                      cpu_devices_per_process=args.cpu_devices)
+
+
+def run_run(args: argparse.Namespace) -> int:
+    from tpujob.local.session import run_file
+    from tpujob.local.session.run import Interrupt, handle_signals
+
+    with handle_signals(Interrupt()) as interrupt:
+        return run_file(args.file, _options(args, args.timeout), interrupt=interrupt,
+                        log_file=True)
+
+
+def run_up(args: argparse.Namespace) -> int:
+    from tpujob.local.session import serve
+    from tpujob.local.session.run import Interrupt, handle_signals
+
+    with handle_signals(Interrupt()) as interrupt:
+        return serve(Path(args.kubeconfig), _options(args), port=args.port, interrupt=interrupt,
+                     log_file=True)

@@ -1,0 +1,138 @@
+"""A local stand-in for Google Cloud Storage: `gcp-storage-emulator` as a child process on a
+127.0.0.1 port, storing objects in a directory (so a kept work directory keeps the bucket), with
+the buckets a job's `gs://` output names created on demand.
+
+Trainer processes reach it through the variables of `tpujob_trainer.gcs_env` (gcsfs,
+tensorstore and google-cloud-storage all honour them)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import requests
+
+from tpujob_trainer.gcs_env import build_gcs_emulator_env
+
+INSTALL_HINT = "pip install 'tpujob[dev]' (it brings gcp-storage-emulator)"
+
+
+class GcsEmulatorError(RuntimeError):
+    """The emulator is missing, did not start, or refused a request."""
+
+
+def find_emulator() -> list[str]:
+    """The command that starts the emulator: the one installed next to this interpreter, or on
+    PATH."""
+    beside = Path(sys.executable).parent / "gcp-storage-emulator"
+    if beside.exists():
+        return [str(beside)]
+    found = shutil.which("gcp-storage-emulator")
+    if found:
+        return [found]
+    raise GcsEmulatorError(f"gcp-storage-emulator is not installed: {INSTALL_HINT}")
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class GcsEmulator:
+    """`start()` runs the emulator (objects under `data_dir`); `stop()` ends it."""
+
+    def __init__(self, data_dir: str | os.PathLike, port: int = 0,
+                 start_timeout_s: float = 30.0) -> None:
+        self.data_dir = Path(data_dir).resolve()
+        self.port = port
+        self.start_timeout_s = start_timeout_s
+        self.proc: subprocess.Popen | None = None
+        self._log_path = self.data_dir.parent / "gcs-emulator.log"
+        self._buckets: set[str] = set()
+        self._http = requests.Session()
+        self._lock = threading.Lock()   # buckets are created from more than one thread
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def env(self) -> dict[str, str]:
+        """What a process needs in its environment to use this emulator for `gs://`."""
+        return build_gcs_emulator_env(self.url)
+
+    def start(self) -> str:
+        command = find_emulator()
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        self.port = self.port or _free_port()
+        log = open(self._log_path, "ab")
+        try:
+            self.proc = subprocess.Popen(
+                [*command, "--data-dir", str(self.data_dir), "start", "--host", "127.0.0.1",
+                 "--port", str(self.port), "--quiet"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+        finally:
+            log.close()
+        deadline = time.monotonic() + self.start_timeout_s
+        while not self._healthy():
+            if self.proc.poll() is not None:
+                tail = self._log_path.read_text(errors="replace")[-1500:]
+                self.proc = None
+                raise GcsEmulatorError(f"gcp-storage-emulator exited at start: {tail}")
+            if time.monotonic() > deadline:
+                self.stop()
+                raise GcsEmulatorError(f"gcp-storage-emulator did not answer on {self.url} "
+                                       f"within {self.start_timeout_s:.0f} s")
+            time.sleep(0.1)
+        return self.url
+
+    def _healthy(self) -> bool:
+        try:
+            return self._http.get(f"{self.url}/storage/v1/b", timeout=2).status_code == 200
+        except requests.RequestException:
+            return False
+
+    def ensure_bucket(self, name: str) -> None:
+        """Create bucket `name` unless it exists."""
+        with self._lock:
+            if name in self._buckets:
+                return
+            r = self._http.post(f"{self.url}/storage/v1/b", params={"project": "local"},
+                                json={"name": name}, timeout=10)
+            if r.status_code not in (200, 409):
+                raise GcsEmulatorError(f"cannot create bucket {name}: {r.status_code} "
+                                       f"{r.text[:300]}")
+            self._buckets.add(name)
+
+    def stop(self, timeout_s: float = 5.0) -> None:
+        self._http.close()
+        proc, self.proc = self.proc, None
+        if proc is None or proc.poll() is not None:
+            return
+        proc.terminate()
+        try:
+            proc.wait(timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+    def __enter__(self) -> GcsEmulator:
+        self.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def bucket_of(url: str) -> str | None:
+    """The bucket of a `gs://bucket/...` URL; None for anything else."""
+    if not url.startswith("gs://"):
+        return None
+    return url[len("gs://"):].split("/", 1)[0] or None
