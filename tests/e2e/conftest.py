@@ -1,0 +1,174 @@
+"""Local mode, the whole system: one `LocalCluster` per test session (the embedded API server,
+a GCS emulator, the operator in a thread, the local executor running pods as processes), and a
+namespace of its own for each test module. Jobs go in as `kubectl apply` sends them and are
+watched through their status, as a person would."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.apiserver import wait_for
+from tpujob.controller.settings import OperatorSettings
+from tpujob.local.session import LocalCluster, LocalSettings
+from tpujob.local.session.cluster import LOCAL_OPERATOR
+
+ROOT = Path(__file__).resolve().parents[2]
+TERMINAL = ("Succeeded", "Failed", "Invalid")
+
+# Fast reactions: progress read often, short grace periods and back-offs.
+E2E_OPERATOR = OperatorSettings(**(LOCAL_OPERATOR.__dict__ | dict(
+    progress_interval_s=0.3, resync_interval_s=2.0, retry_delays_s=(0.2, 0.5, 1.0))))
+E2E_EXECUTOR = dict(grace_scale=0.02, max_grace_s=2.0, stop_grace_s=2.0, job_backoff_s=0.1,
+                    container_backoff_s=0.1, resync_s=0.5)
+
+# A tiny decoder: fast on CPU, with enough steps that a run is still going a few seconds
+# after its first checkpoint.
+TINY = {"model": {"vocab_size": 257, "d_model": 32, "n_layers": 1, "n_heads": 2,
+                  "n_kv_heads": 2, "head_dim": 16, "mlp_dim": 64, "remat": "none",
+                  "dtype": "float32"},
+        "train": {"steps": 120, "global_batch": 8, "seq_len": 32},
+        "optimizer": {"lr": 3.0e-3, "warmup_steps": 5},
+        "data": {"synthetic_pattern": "ramp"},
+        "checkpoint": {"every": 20, "keep": 10},
+        "metrics": {"measure_peak": False, "memory_every": 1000000}}
+
+
+class Local:
+    """A namespace of the session's local cluster, with the calls the tests make."""
+
+    def __init__(self, cluster: LocalCluster, namespace: str) -> None:
+        self.cluster = cluster
+        self.namespace = namespace
+
+    @property
+    def executor(self):
+        return self.cluster.executor
+
+    @property
+    def gcs(self):
+        return self.cluster.gcs
+
+    def apply(self, name: str, spec: dict[str, Any]) -> dict[str, Any]:
+        """Create a TpuTrainingJob, as `kubectl apply -f` would."""
+        body = {"apiVersion": "tpujob.dev/v1alpha1", "kind": "TpuTrainingJob",
+                "metadata": {"name": name, "namespace": self.namespace}, "spec": spec}
+        return self.cluster.apply([body])[0]
+
+    def job(self, name: str) -> dict[str, Any] | None:
+        return self.cluster.job(self.namespace, name)
+
+    def status(self, name: str) -> dict[str, Any]:
+        return (self.job(name) or {}).get("status") or {}
+
+    def wait(self, name: str, predicate: Callable[[dict[str, Any]], Any], timeout: float = 60,
+             message: str = "the job") -> dict[str, Any]:
+        """Poll the job's status until `predicate(status)` holds; returns the job."""
+        def check():
+            job = self.job(name)
+            return job if job is not None and predicate(job.get("status") or {}) else None
+        return wait_for(check, timeout=timeout, interval=0.1,
+                        message=f"{message} (status now {self.status(name)})")
+
+    def wait_phase(self, name: str, *phases: str, timeout: float = 60) -> dict[str, Any]:
+        return self.wait(name, lambda s: s.get("phase") in phases, timeout,
+                         f"{name} to reach {' or '.join(phases)}")
+
+    def pods(self, name: str) -> list[dict[str, Any]]:
+        return self.cluster.pods(self.namespace, name)
+
+    def processes(self, name: str | None = None) -> list[dict[str, Any]]:
+        """Live processes of this namespace (of one job's pods, when named)."""
+        return [p for p in self.executor.processes() if p["namespace"] == self.namespace
+                and (name is None or p["pod"].startswith(f"{name}-"))]
+
+    def logs(self, name: str, slice_index: int = 0, host: int = 0) -> list[Path]:
+        """Log files of one host's trainer container over every pod that played it (a restart
+        of the JobSet makes new pods), oldest first."""
+        pods = self.cluster.workdir / "pods" / self.namespace
+        files = pods.glob(f"{name}-slice-{slice_index}-{host}-*/containers/*/*.log")
+        return sorted(files, key=lambda p: p.stat().st_mtime)
+
+    def events(self, name: str) -> list[dict[str, Any]]:
+        """The operator's Events for the job (not the JobSet's, which has the same name)."""
+        return [e for e in self.cluster.events(self.namespace, name)
+                if e["involvedObject"].get("kind") == "TpuTrainingJob"]
+
+
+def json_lines(path: Path) -> list[dict[str, Any]]:
+    """The trainer's JSON lines in a log (other output, such as JAX's, skipped)."""
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        if line.startswith("{"):
+            try:
+                out.append(json.loads(line))
+            except ValueError:
+                continue
+    return out
+
+
+def steps(path: Path) -> dict[int, float]:
+    """step -> loss, from a trainer log's per-step lines."""
+    return {e["step"]: e["loss"] for e in json_lines(path) if e.get("event") == "step"}
+
+
+def is_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{secrets.token_hex(2)}"
+
+
+def stand_in(code: str, **extra: Any) -> dict[str, Any]:
+    """A v6e-8 job (2 hosts) whose processes run `python -c code` instead of the trainer."""
+    return {"slice": "v6e-8", "image": "stand-in:1", "output": "gs://tpujob-e2e/stand-in",
+            "trainer": {"command": ["python", "-c", code]},
+            "restartPolicy": {"maxRestarts": 0}, **extra}
+
+
+@pytest.fixture(scope="session")
+def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """The whole of local mode, started once; stopped at the end with no process left."""
+    cluster = LocalCluster(tmp_path_factory.mktemp("local"), LocalSettings(
+        cpu_devices_per_process=1, operator=E2E_OPERATOR, executor=E2E_EXECUTOR))
+    cluster.start()
+    emulator = cluster.gcs.proc.pid
+    try:
+        yield cluster
+    finally:
+        pids = [p["pid"] for p in cluster.executor.processes()]
+        cluster.stop()
+        left = [pid for pid in [*pids, emulator] if is_alive(pid)]
+        for pid in left:
+            os.kill(pid, signal.SIGKILL)
+        assert not left, f"processes left behind: {left}"
+
+
+@pytest.fixture(scope="module")
+def local(local_cluster: LocalCluster) -> Local:
+    """A namespace of its own for the module."""
+    return Local(local_cluster, unique("e2e"))
+
+
+@pytest.fixture
+def gcs_env(local_cluster: LocalCluster, monkeypatch: pytest.MonkeyPatch) -> dict[str, str]:
+    """This process's GCS clients pointed at the local cluster's emulator."""
+    import gcsfs
+
+    for key, value in local_cluster.gcs.env.items():
+        monkeypatch.setenv(key, value)
+    gcsfs.GCSFileSystem.clear_instance_cache()
+    yield local_cluster.gcs.env
+    gcsfs.GCSFileSystem.clear_instance_cache()

@@ -1,0 +1,74 @@
+"""How local mode ends jobs that cannot or must not go on: a fatal trainer exit (out of memory)
+fails the job with the trainer's reason and no restart; an invalid job never starts a process;
+a job deleted mid-run stops its processes."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.e2e.conftest import is_alive, stand_in, unique
+from tests.support.apiserver import wait_for
+
+pytestmark = pytest.mark.e2e
+
+# What the trainer does when XLA cannot allocate: the contract's one-line JSON reason in the
+# termination-message file, exit code 4.
+OUT_OF_MEMORY = (
+    "import json, os, sys\n"
+    "with open(os.environ['TPUJOB_TERMINATION_LOG'], 'w') as f:\n"
+    "    json.dump({'reason': 'OutOfMemory', 'message': 'RESOURCE_EXHAUSTED: Out of memory "
+    "while trying to allocate 17179869184 bytes'}, f)\n"
+    "sys.exit(4)\n")
+SLEEP = "import time; time.sleep(300)"
+
+
+def test_an_out_of_memory_exit_fails_the_job_with_its_reason_and_no_restart(local):
+    name = unique("oom")
+    local.apply(name, stand_in(OUT_OF_MEMORY, restartPolicy={"maxRestarts": 3}))
+    job = local.wait_phase(name, "Failed", "Succeeded", timeout=60)
+    status = job["status"]
+    assert status["phase"] == "Failed"
+    assert status["failure"]["reason"] == "OutOfMemory"
+    assert "exited 4" in status["failure"]["message"]
+    assert "allocate 17179869184 bytes" in status["failure"]["message"]
+    assert status["restarts"] == 0
+    time.sleep(1.5)  # a restart would show up as new pods by now
+    pods = local.pods(name)
+    assert len(pods) == 2 and not local.processes(name)
+    assert local.status(name)["restarts"] == 0
+    warnings = [e for e in local.events(name) if e["type"] == "Warning"]
+    assert [e["reason"] for e in warnings] == ["Failed"]
+    assert "OutOfMemory" in warnings[0]["message"]
+
+
+def test_an_invalid_job_never_starts_a_process(local):
+    name = unique("invalid")
+    spec = stand_in(SLEEP, parallelism={"ici": {"tensor": 3}})
+    local.apply(name, spec)
+    job = local.wait_phase(name, "Invalid", "Running", "Starting", timeout=30)
+    status = job["status"]
+    assert status["phase"] == "Invalid"
+    assert "spec.parallelism.ici" in status["failure"]["message"]
+    assert "8 devices" in status["failure"]["message"]
+    time.sleep(1.5)  # the operator and the executor have looked at it several times by now
+    assert local.pods(name) == [] and local.processes(name) == []
+    assert local.status(name)["phase"] == "Invalid"
+
+
+def test_a_job_deleted_mid_run_stops_its_processes(local):
+    name = unique("deleted")
+    local.apply(name, stand_in(SLEEP))
+    local.wait_phase(name, "Running", timeout=60)
+    processes = wait_for(lambda: len(local.processes(name)) == 2 and local.processes(name),
+                         timeout=30, message="both hosts' processes")
+    pids = [p["pid"] for p in processes]
+    assert all(is_alive(pid) for pid in pids)
+
+    assert local.cluster.delete_job(local.namespace, name)
+    wait_for(lambda: not any(is_alive(pid) for pid in pids), timeout=30, interval=0.1,
+             message="the processes to stop")
+    wait_for(lambda: local.pods(name) == [], timeout=30, message="the pods to go")
+    assert local.processes(name) == []
+    assert local.job(name) is None

@@ -1,0 +1,103 @@
+"""The real trainer in local mode, as 2 JAX processes of a v6e-8 (one CPU device each),
+checkpointing to the emulated `gs://`: a job trains to completion with its progress in the
+status; a host SIGKILLed after a checkpoint is restarted by the JobSet's failure policy, the run
+resumes from that checkpoint, and every step after the resume has the loss of an uninterrupted
+run."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from tests.e2e.conftest import TINY, json_lines, steps, unique
+from tests.support.apiserver import wait_for
+from tpujob_trainer.checkpoint import StepDirs
+
+pytestmark = pytest.mark.e2e
+
+TOTAL = TINY["train"]["steps"]
+
+
+def trainer_job(output: str, max_restarts: int = 0) -> dict:
+    return {"slice": "v6e-8", "image": "trainer:1", "output": output,
+            "trainer": {"config": TINY}, "parallelism": {"ici": {"fsdp": -1}},
+            "data": {"kind": "synthetic"}, "restartPolicy": {"maxRestarts": max_restarts}}
+
+
+@pytest.fixture(scope="module")
+def reference(local):
+    """An uninterrupted run: its job as finished and its per-step losses."""
+    name = unique("ref")
+    local.apply(name, trainer_job(f"gs://tpujob-e2e/{name}"))
+    running = local.wait(name, lambda s: (s.get("progress") or {}).get("step"), timeout=120,
+                         message="the first step in the status")
+    job = local.wait_phase(name, "Succeeded", "Failed", timeout=120)
+    [log] = local.logs(name)
+    return {"name": name, "running": running, "job": job, "losses": steps(log), "log": log}
+
+
+def test_a_two_host_job_trains_to_completion(local, reference):
+    status = reference["job"]["status"]
+    assert status["phase"] == "Succeeded", status
+    # Progress was visible while it ran, and is complete at the end.
+    seen = reference["running"]["status"]
+    assert seen["phase"] in ("Running", "Succeeded") and seen["progress"]["step"] >= 1
+    progress = status["progress"]
+    assert progress["step"] == TOTAL and progress["totalSteps"] == TOTAL
+    assert progress["loss"] == pytest.approx(reference["losses"][TOTAL])
+    assert progress["lastCheckpointStep"] == TOTAL
+    assert status["restarts"] == 0 and status.get("completionTime")
+    assert status["slice"]["hosts"] == 2
+    # Both hosts ran, as one 2-device job (the slice's 8 devices scaled down to 1 each).
+    events = json_lines(reference["log"])
+    start = next(e for e in events if e["event"] == "start")
+    assert (start["processes"], start["devices"]) == (2, 2)
+    assert sorted(reference["losses"]) == list(range(1, TOTAL + 1))
+    assert reference["losses"][TOTAL] < reference["losses"][1] - 1.0, "the loss did not fall"
+    pods = local.pods(reference["name"])
+    assert [p["status"]["phase"] for p in pods] == ["Succeeded", "Succeeded"]
+    reasons = [e["reason"] for e in local.events(reference["name"])]
+    assert reasons[-1] == "Succeeded" and "Running" in reasons
+
+
+def test_a_killed_host_is_restarted_and_resumes_from_its_checkpoint(local, reference, gcs_env):
+    name = unique("kill")
+    output = f"gs://tpujob-e2e/{name}"
+    local.apply(name, trainer_job(output, max_restarts=2))
+
+    # Wait for the first checkpoint to be complete on GCS, then SIGKILL host 1's process.
+    every = TINY["checkpoint"]["every"]
+    checkpoints = StepDirs(f"{output}/checkpoints")
+    wait_for(lambda: checkpoints.complete_steps(quiet=True), timeout=120, interval=0.2,
+             message="a complete checkpoint")
+    [host1] = [p for p in local.processes(name) if "-slice-0-1-" in p["pod"]]
+    os.kill(host1["pid"], signal.SIGKILL)
+    killed_at = time.monotonic()
+    saved = checkpoints.complete_steps(quiet=True)
+    assert saved[-1] < TOTAL, "the run finished before it could be killed"
+
+    job = local.wait_phase(name, "Succeeded", "Failed", timeout=150)
+    status = job["status"]
+    assert status["phase"] == "Succeeded", status
+    assert status["restarts"] == 1
+    assert status["progress"]["step"] == TOTAL
+    reasons = [e["reason"] for e in local.events(name)]
+    assert "Restarting" in reasons, reasons
+
+    # Host 0 ran twice: the first run up to the kill, the second from a checkpoint.
+    first, second = local.logs(name)
+    before, after = steps(first), steps(second)
+    restored = [e["step"] for e in json_lines(second)
+                if e["event"] == "memory" and e.get("phase") == "after_restore"]
+    assert len(restored) == 1
+    resume_from = restored[0]
+    assert resume_from in saved and resume_from % every == 0 and resume_from >= every
+    assert max(before) > resume_from >= min(before)
+    # The step counter continues from the checkpoint, and the losses are an uninterrupted run's.
+    assert sorted(after) == list(range(resume_from + 1, TOTAL + 1))
+    assert after == {s: reference["losses"][s] for s in after}
+    assert {s: before[s] for s in before} == {s: reference["losses"][s] for s in before}
+    assert time.monotonic() - killed_at < 150
