@@ -3,12 +3,19 @@
 the buckets a job's `gs://` output names created on demand.
 
 Trainer processes reach it through the variables of `tpujob_trainer.gcs_env` (gcsfs,
-tensorstore and google-cloud-storage all honour them)."""
+tensorstore and google-cloud-storage all honour them).
+
+The emulator runs as `python -m tpujob.local.session.gcs start ...`: its own command line, with
+one fix. It answers a media download without the `x-goog-generation` header real GCS sends;
+tensorstore (which Orbax writes arrays with) conditions its next write of an object on the
+generation it read, and without one fails with "Malformed StorageGeneration". An OCDBT checkpoint
+re-reads its manifest once it drops out of tensorstore's cache, so runs saving several
+checkpoints to `gs://` would fail against the plain emulator."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
-import shutil
 import socket
 import subprocess
 import sys
@@ -28,15 +35,30 @@ class GcsEmulatorError(RuntimeError):
 
 
 def find_emulator() -> list[str]:
-    """The command that starts the emulator: the one installed next to this interpreter, or on
-    PATH."""
-    beside = Path(sys.executable).parent / "gcp-storage-emulator"
-    if beside.exists():
-        return [str(beside)]
-    found = shutil.which("gcp-storage-emulator")
-    if found:
-        return [found]
-    raise GcsEmulatorError(f"gcp-storage-emulator is not installed: {INSTALL_HINT}")
+    """The command that starts the emulator (with downloads fixed, see the module doc)."""
+    if importlib.util.find_spec("gcp_storage_emulator") is None:
+        raise GcsEmulatorError(f"gcp-storage-emulator is not installed: {INSTALL_HINT}")
+    return [sys.executable, "-m", __name__]
+
+
+def _serve_generations_on_downloads() -> None:
+    """Make the emulator's media downloads carry the object's generation, as GCS's do."""
+    from gcp_storage_emulator.handlers import objects
+
+    plain = objects.download
+
+    def download(request, response, storage, *args, **kwargs):
+        try:
+            obj = storage.get_file_obj(request.params["bucket_name"],
+                                       request.params["object_id"])
+        except Exception:  # a missing object: the emulator answers 404 itself
+            obj = None
+        if obj is not None:
+            response["x-goog-generation"] = str(obj["generation"])
+            response["x-goog-metageneration"] = str(obj.get("metageneration", "1"))
+        return plain(request, response, storage, *args, **kwargs)
+
+    objects.download = download  # the server's routes look handlers up in this module
 
 
 def _free_port() -> int:
@@ -136,3 +158,10 @@ def bucket_of(url: str) -> str | None:
     if not url.startswith("gs://"):
         return None
     return url[len("gs://"):].split("/", 1)[0] or None
+
+
+if __name__ == "__main__":
+    _serve_generations_on_downloads()
+    from gcp_storage_emulator.__main__ import main
+
+    sys.exit(main(sys.argv[1:]))
