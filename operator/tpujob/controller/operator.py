@@ -108,6 +108,11 @@ class Operator:
                 self.metrics.queue_depth.set(len(self.queue))
         self._failures.pop(key, None)
         self.metrics.reconciles.labels("ok").inc()
+        # The job may have been deleted (and even created again) while the reconcile ran: what
+        # it wrote belongs in the caches only while the same job is still there.
+        current = self.jobs.get(key)
+        if current is None or current["metadata"].get("uid") != job["metadata"].get("uid"):
+            return None if current is None else 0.0
         if outcome.job is not None:
             _keep_newer(self.jobs, key, outcome.job)
         if outcome.jobset is not None:
