@@ -104,7 +104,7 @@ def test_sigterm_mid_run_stops_everything(tmp_path):
             return kids if len(trainers) == 2 and any(line.startswith("sleeper  Running")
                                                       for line in out) else None
         kids = wait_for(descendants, timeout=90, interval=0.2, message="both hosts running")
-        assert any("gcp-storage-emulator" in " ".join(k.cmdline()) for k in kids)
+        assert any("tpujob.local.session.gcs" in " ".join(k.cmdline()) for k in kids)
         proc.send_signal(signal.SIGTERM)
         started = time.monotonic()
         assert proc.wait(timeout=60) == 128 + signal.SIGTERM
