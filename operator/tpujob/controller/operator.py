@@ -55,6 +55,35 @@ def _keep_newer(cache: dict[Key, dict[str, Any]], key: Key, obj: dict[str, Any])
     cache[key] = obj
 
 
+def _jobset_view(obj: dict[str, Any]) -> dict[str, Any]:
+    """The parts of a JobSet that observing it reads (identity, owner, labels, annotations,
+    suspend, replica counts, status). Its pod templates, most of its size, are not kept: a
+    cache of a thousand JobSets stays small and costs nothing to store."""
+    meta = obj.get("metadata") or {}
+    spec = obj.get("spec") or {}
+    kept_spec: dict[str, Any] = {"replicatedJobs": [
+        {k: r[k] for k in ("name", "replicas") if k in r} for r in spec.get("replicatedJobs") or []]}
+    if "suspend" in spec:
+        kept_spec["suspend"] = spec["suspend"]
+    return {"metadata": {k: v for k, v in meta.items() if k != "managedFields"},
+            "spec": kept_spec, "status": obj.get("status") or {}}
+
+
+class _NoDiffBase(kopf.DiffBaseStorage):
+    """kopf works out what changed in every event (two deep copies of the whole object) for
+    change handlers (on.create, on.update, on.field). The operator has none, only on.event, so
+    it skips that work: the essence is never built, fetched or stored."""
+
+    def build(self, *, body: Any, extra_fields: Any = None) -> Any:
+        return None
+
+    def fetch(self, *, body: Any) -> Any:
+        return None
+
+    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
+        return None
+
+
 def connection_info(config: client.Configuration) -> kopf.ConnectionInfo:
     """kopf's credentials from the same client configuration the operator's calls use."""
     if config.refresh_api_key_hook is not None:
@@ -116,7 +145,7 @@ class Operator:
         if outcome.job is not None:
             _keep_newer(self.jobs, key, outcome.job)
         if outcome.jobset is not None:
-            _keep_newer(self.jobsets, key, outcome.jobset)
+            _keep_newer(self.jobsets, key, _jobset_view(outcome.jobset))
         return outcome.requeue_after
 
     def _retry(self, key: Key, kind: str, err: Exception, retry_after: float | None) -> float:
@@ -139,7 +168,8 @@ class Operator:
             if self.queue is not None:
                 self.queue.forget(key)
             return
-        _keep_newer(self.jobs, key, copy.deepcopy(obj))
+        # Kept as kopf handed it: each event is parsed afresh and nothing changes it afterwards.
+        _keep_newer(self.jobs, key, obj)
         if self.queue is not None:
             self.queue.add(key)
 
@@ -154,7 +184,7 @@ class Operator:
             if (self.jobsets.get(key) or {}).get("metadata", {}).get("uid") == meta.get("uid"):
                 self.jobsets.pop(key, None)
         else:
-            _keep_newer(self.jobsets, key, copy.deepcopy(obj))
+            _keep_newer(self.jobsets, key, _jobset_view(obj))
         if self.queue is not None and key in self.jobs:
             self.queue.add(key)
 
@@ -166,6 +196,7 @@ class Operator:
         ks.watching.client_timeout = s.watch_client_timeout_s
         ks.watching.connect_timeout = s.watch_connect_timeout_s
         ks.posting.enabled = False          # the operator writes its own Events
+        ks.persistence.diffbase_storage = _NoDiffBase()
         ks.scanning.disabled = not s.clusterwide   # listing CRDs needs cluster-wide rights
         if s.webhook:
             cert_dir = s.webhook_cert_dir.rstrip("/")
