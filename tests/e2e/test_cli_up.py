@@ -123,3 +123,17 @@ def test_up_serves_kubectl_until_sigint(tmp_path):
     assert not [k.pid for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]
     # The work directory was given, so it stays: the hosts' logs are there.
     assert len(list((tmp_path / "w" / "pods" / "default").glob("up-job-slice-0-*"))) == 2
+
+
+def test_a_port_in_use_is_reported_and_nothing_stays_up(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run([sys.executable, "-m", "tpujob.cli.main", "local", "up", "--port",
+                               str(port), "--kubeconfig", str(tmp_path / "kubeconfig")],
+                              capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert f"cannot start local mode: [Errno 98] error while attempting to bind on address " \
+           f"('127.0.0.1', {port})" in done.stdout
+    assert not (tmp_path / "kubeconfig").exists()

@@ -25,6 +25,7 @@ from typing import Any, TextIO
 
 from tpujob.local.session.cluster import LocalCluster, LocalSettings
 from tpujob.local.session.display import Display, build_event_line
+from tpujob.local.session.gcs import GcsEmulatorError
 from tpujob.local.session.manifests import (
     DEFAULT_NAMESPACE,
     ApplyError,
@@ -148,7 +149,11 @@ def run_file(path: str | Path, options: RunOptions = RunOptions(), *,
         cluster = LocalCluster(workdir, LocalSettings(
             cpu_devices_per_process=options.cpu_devices_per_process))
         try:
-            cluster.start()
+            try:
+                cluster.start()
+            except (OSError, GcsEmulatorError) as e:
+                err.write(f"tpujob local run: cannot start local mode: {e}\n")
+                return EXIT_FAILED
             if interrupt.is_set():
                 return _interrupted(interrupt, err)
             try:
@@ -272,8 +277,12 @@ def serve(kubeconfig: Path, options: RunOptions, port: int = 0, *, out: TextIO |
         cluster = LocalCluster(workdir, LocalSettings(
             port=port, cpu_devices_per_process=options.cpu_devices_per_process))
         try:
-            cluster.start()
-            assert cluster.server is not None and cluster.gcs is not None
+            try:
+                cluster.start()
+            except (OSError, GcsEmulatorError) as e:
+                out.write(f"tpujob local up: cannot start local mode: {e}\n")
+                return EXIT_FAILED
+            assert cluster.server is not None
             path = cluster.server.write_kubeconfig(kubeconfig).resolve()
             out.write(_up_message(cluster, path, workdir))
             out.flush()
