@@ -113,7 +113,6 @@ class LocalCluster:
         steps = [("executor", self.executor), ("operator", self.operator),
                  ("GCS emulator", self.gcs), ("API server", self.server)]
         self.executor = self.operator = self.gcs = None
-        errors = []
         for what, piece in steps:
             if piece is None:
                 continue
@@ -121,7 +120,6 @@ class LocalCluster:
                 piece.stop()
             except Exception as err:  # keep stopping the others
                 log.warning("stopping the %s failed: %s", what, err)
-                errors.append(err)
         if self._buckets is not None:
             self._buckets.join(timeout=5)
             self._buckets = None
