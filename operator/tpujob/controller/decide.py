@@ -226,7 +226,9 @@ def decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
         if spec.scheduling.queue_name:
             return b.finish(Phase.QUEUED, f"waiting for Kueue queue "
                                           f"{spec.scheduling.queue_name} to admit it")
-        return b.finish(Phase.STARTING, "waiting for every host to start")
+        # The words the next pass writes once the JobSet is seen, so that it writes nothing.
+        slices = verdict.plan.slices if verdict.plan is not None else 1
+        return b.finish(Phase.STARTING, f"0 of {slices} slices have every host running")
     if js.deleting:
         return b.finish(Phase.PENDING, "the previous JobSet is being deleted")
     # The restart count survives a JobSet re-created after a spec change.
