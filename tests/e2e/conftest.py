@@ -5,14 +5,17 @@ watched through their status, as a person would."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import secrets
 import signal
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
+import psutil
 import pytest
 
 from tests.support.apiserver import wait_for
@@ -125,6 +128,26 @@ def is_alive(pid: int) -> bool:
             return f.read().split(") ", 1)[1][0] != "Z"
     except (FileNotFoundError, IndexError):
         return False
+
+
+def stop_tree(proc: subprocess.Popen, timeout: float = 30) -> None:
+    """After a failed test: SIGTERM `proc` (so it stops what it started), wait, then SIGKILL
+    it and whatever of its descendants is left."""
+    if proc.poll() is not None:
+        return
+    try:
+        descendants = psutil.Process(proc.pid).children(recursive=True)
+    except psutil.NoSuchProcess:
+        descendants = []
+    proc.terminate()
+    try:
+        proc.wait(timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+    for child in descendants:
+        with contextlib.suppress(psutil.NoSuchProcess):
+            child.kill()
 
 
 def unique(prefix: str) -> str:

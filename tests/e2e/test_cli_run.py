@@ -16,7 +16,7 @@ import psutil
 import pytest
 import yaml
 
-from tests.e2e.conftest import stand_in
+from tests.e2e.conftest import stand_in, stop_tree
 from tests.e2e.test_failures import OUT_OF_MEMORY, SLEEP
 from tests.support.apiserver import wait_for
 
@@ -33,8 +33,14 @@ def job_file(path: Path, *jobs: tuple[str, dict]) -> Path:
 
 
 def local_run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    return subprocess.run([*TPUJOB, "local", "run", *args], capture_output=True, text=True,
-                          timeout=timeout)
+    """`tpujob local run ARGS` to the end (stopped with SIGTERM first if it overruns)."""
+    proc = subprocess.Popen([*TPUJOB, "local", "run", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        stop_tree(proc)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
 def test_one_job_succeeds_and_one_runs_out_of_memory(tmp_path):
@@ -110,9 +116,7 @@ def test_sigterm_mid_run_stops_everything(tmp_path):
         assert proc.wait(timeout=60) == 128 + signal.SIGTERM
         assert time.monotonic() - started < 30
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_tree(proc)
     reader.join(5)
     stderr = proc.stderr.read()
     assert "SIGTERM received" in stderr and "stopping" in stderr

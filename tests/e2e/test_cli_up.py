@@ -18,7 +18,7 @@ import pytest
 import requests
 import yaml
 
-from tests.e2e.conftest import stand_in
+from tests.e2e.conftest import stand_in, stop_tree
 from tests.support.apiserver import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -115,9 +115,7 @@ def test_up_serves_kubectl_until_sigint(tmp_path):
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        stop_tree(proc)
     reader.join(5)
     assert "stopping: trainer processes, operator, GCS emulator, API server" in "".join(out)
     assert not [k.pid for k in kids if k.is_running() and k.status() != psutil.STATUS_ZOMBIE]

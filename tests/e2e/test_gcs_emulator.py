@@ -1,12 +1,19 @@
 """Local mode's GCS emulator: buckets made on demand, objects kept in the work directory, and
 downloads that carry the object's generation as GCS's do (tensorstore conditions its next write
-of an object on it; without it, multi-checkpoint runs fail with "Malformed StorageGeneration")."""
+of an object on it; without it, multi-checkpoint runs fail with "Malformed StorageGeneration");
+and no emulator left running when its parent is killed."""
 
 from __future__ import annotations
+
+import signal
+import subprocess
+import sys
 
 import pytest
 import requests
 
+from tests.e2e.conftest import is_alive
+from tests.support.apiserver import wait_for
 from tpujob.local.session.gcs import GcsEmulator, bucket_of
 
 pytestmark = pytest.mark.e2e
@@ -36,3 +43,24 @@ def test_buckets_objects_and_generations_on_downloads(tmp_path):
                                         ("/tmp/out", None), ("s3://b/x", None)])
 def test_the_bucket_of_an_output(url, bucket):
     assert bucket_of(url) == bucket
+
+
+def test_the_emulator_does_not_outlive_a_killed_parent(tmp_path):
+    code = ("import sys, time\n"
+            "from tpujob.local.session.gcs import GcsEmulator\n"
+            f"gcs = GcsEmulator({str(tmp_path / 'gcs')!r})\n"
+            "gcs.start()\n"
+            "print(gcs.proc.pid, flush=True)\n"
+            "time.sleep(120)\n")
+    parent = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    try:
+        emulator = int(parent.stdout.readline())
+        assert is_alive(emulator)
+        parent.send_signal(signal.SIGKILL)  # no chance to stop anything itself
+        parent.wait(10)
+        wait_for(lambda: not is_alive(emulator), timeout=10, message="the emulator to exit")
+    finally:
+        if parent.poll() is None:
+            parent.kill()
+            parent.wait()
+        parent.stdout.close()

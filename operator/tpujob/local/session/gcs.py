@@ -14,8 +14,11 @@ checkpoints to `gs://` would fail against the plain emulator."""
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import importlib.util
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -28,6 +31,8 @@ import requests
 from tpujob_trainer.gcs_env import build_gcs_emulator_env
 
 INSTALL_HINT = "pip install 'tpujob[dev]' (it brings gcp-storage-emulator)"
+PARENT_ENV = "TPUJOB_GCS_EMULATOR_PARENT"   # the pid the emulator must not outlive
+PR_SET_PDEATHSIG = 1
 
 
 class GcsEmulatorError(RuntimeError):
@@ -99,7 +104,8 @@ class GcsEmulator:
             self.proc = subprocess.Popen(
                 [*command, "--data-dir", str(self.data_dir), "start", "--host", "127.0.0.1",
                  "--port", str(self.port), "--quiet"],
-                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT)
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                env={**os.environ, PARENT_ENV: str(os.getpid())})
         finally:
             log.close()
         deadline = time.monotonic() + self.start_timeout_s
@@ -160,7 +166,18 @@ def bucket_of(url: str) -> str | None:
     return url[len("gs://"):].split("/", 1)[0] or None
 
 
+def _exit_with_parent() -> None:
+    """Linux: this process gets SIGTERM when the thread that started it ends, even when its
+    process is SIGKILLed, so a killed `tpujob local run` leaves no emulator behind."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    parent = os.environ.get(PARENT_ENV)
+    if parent and os.getppid() != int(parent):  # it died before prctl
+        sys.exit(0)
+
+
 if __name__ == "__main__":
+    _exit_with_parent()
     _serve_generations_on_downloads()
     from gcp_storage_emulator.__main__ import main
 
