@@ -80,6 +80,8 @@ class LiveRun:
             env=clean_env(TPUJOB_TERMINATION_LOG=str(self.termination_path), **(env or {})),
             cwd=tmp_path)
         self._stderr: list[str] = []
+        self._reading = threading.Event()
+        self._reading.set()
         self._threads = [threading.Thread(target=self._read_stdout, daemon=True),
                          threading.Thread(target=self._read_stderr, daemon=True)]
         for t in self._threads:
@@ -87,6 +89,7 @@ class LiveRun:
 
     def _read_stdout(self) -> None:
         for line in self.proc.stdout:
+            self._reading.wait()
             if line.startswith("{"):
                 with self._cond:
                     self.events.append(json.loads(line))
@@ -97,6 +100,14 @@ class LiveRun:
     def _read_stderr(self) -> None:
         for line in self.proc.stderr:
             self._stderr.append(line)
+
+    def pause_reading(self) -> None:
+        """Stop draining stdout: once the pipe is full (64 KiB) the trainer blocks in its next
+        print, so it cannot run far past this point however fast it trains."""
+        self._reading.clear()
+
+    def resume_reading(self) -> None:
+        self._reading.set()
 
     @property
     def stderr(self) -> str:
@@ -123,6 +134,7 @@ class LiveRun:
 
     def finish(self, timeout: float = 120) -> Run:
         """Wait for the exit (kill on timeout, then fail) and return what it left behind."""
+        self.resume_reading()
         try:
             self.proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -135,6 +147,7 @@ class LiveRun:
         return Run(self.proc.returncode, list(self.events), "", self.stderr, termination)
 
     def kill(self) -> None:
+        self.resume_reading()
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait(timeout=30)

@@ -74,7 +74,11 @@ class StepDirs:
         self.remote = _is_remote(directory)
 
     def _refresh(self) -> None:
-        self.fs.invalidate_cache()
+        # Orbax reaches GCS through etils, which holds its own gcsfs instance (other arguments,
+        # so another listing cache): a folder removed here would still "exist" there and
+        # Orbax's save would fail removing it again. Forget every instance's listings.
+        for fs in {id(f): f for f in [self.fs, *getattr(type(self.fs), "_cache", {}).values()]}.values():
+            fs.invalidate_cache()
 
     def all_steps(self) -> list[int]:
         self._refresh()
