@@ -1,10 +1,17 @@
-"""The real `tpujob-train` entry point: a pulse run, bad config, NaN loss, topology mismatch."""
+"""The real `tpujob-train` entry point: a pulse run, bad config, NaN loss, topology mismatch,
+data running out (stop or repeat)."""
 
 from __future__ import annotations
 
+import json
+import math
+import re
+
+import numpy as np
 import pytest
 
 from tests.trainer.helpers import TINY_YAML, run_cli
+from tpujob_trainer.exits import EXIT_CODES, Reason
 
 pytestmark = pytest.mark.integration
 
@@ -40,8 +47,13 @@ def test_nan_loss_stops_the_run_without_checkpointing_it(tmp_path):
     run = run_cli(["--config", str(TINY_YAML), "train.steps=6", "checkpoint.every=2",
                    "optimizer.lr=1e30", "optimizer.clip_norm=null", "optimizer.warmup_steps=0",
                    f"output={tmp_path}/out", *FAST], tmp_path)
-    assert run.returncode == 6
+    assert run.returncode == EXIT_CODES[Reason.NAN_LOSS] == 6
     assert run.termination["reason"] == "NaNLoss"
+    assert re.match(r"loss is (nan|inf|-inf) at step \d+ ", run.termination["message"])
+    bad_step = int(run.termination["message"].split("at step ")[1].split()[0])
+    assert [s["step"] for s in run.steps] == list(range(1, bad_step))  # never a non-finite row
+    assert all(math.isfinite(s["loss"]) for s in run.steps)
+    assert not run.of("end") and not run.of("checkpoint")
     assert not (tmp_path / "out" / "checkpoints" / "2").exists()
 
 
@@ -61,3 +73,39 @@ def test_missing_peer_process_fails_with_mesh_mismatch(tmp_path):
     assert run.returncode == 7
     assert run.termination["reason"] == "MeshMismatch"
     assert "could not join" in run.termination["message"]
+
+
+def three_batch_corpus(tmp_path) -> str:
+    """Token ids for exactly 3 batches of the tiny config (8 rows x 64+1 tokens, windows
+    sharing one token): 24 windows."""
+    path = tmp_path / "tokens.npy"
+    np.save(path, (np.arange(24 * 64 + 1) % 251).astype(np.int32))
+    return str(path)
+
+
+def test_data_exhausted_stops_cleanly_and_a_restart_does_not_train_again(tmp_path):
+    args = ["--config", str(TINY_YAML), "train.steps=10", "checkpoint.every=100",
+            "data.kind=tokens", f"data.path={three_batch_corpus(tmp_path)}",
+            "data.on_exhausted=stop", f"output={tmp_path}/out", *FAST]
+    run = run_cli(args, tmp_path)
+    assert run.returncode == EXIT_CODES[Reason.DATA_EXHAUSTED] == 0, run.stderr[-3000:]
+    assert run.termination["reason"] == "DataExhausted"
+    assert run.termination["message"].startswith("data ran out after step 3")
+    assert [s["step"] for s in run.steps] == [1, 2, 3]
+    assert run.of("end")[0]["reason"] == "DataExhausted"
+    assert run.of("end")[0]["last_checkpoint_step"] == 3  # the final save
+    # A restart resumes at the end of the data: it stops again without training a step.
+    again = run_cli(args, tmp_path)
+    assert again.returncode == 0 and again.termination["reason"] == "DataExhausted"
+    assert again.steps == [] and again.of("end")[0]["step"] == 3
+
+
+def test_data_exhausted_with_repeat_trains_on_into_the_next_epoch(tmp_path):
+    run = run_cli(["--config", str(TINY_YAML), "train.steps=7", "checkpoint.every=100",
+                   "data.kind=tokens", f"data.path={three_batch_corpus(tmp_path)}",
+                   "data.on_exhausted=repeat", f"output={tmp_path}/out", *FAST], tmp_path)
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.termination == {"reason": "Completed", "message": "trained 7 steps"}
+    assert [s["step"] for s in run.steps] == list(range(1, 8))  # epochs of 3: 3 + 3 + 1
+    position = json.loads((tmp_path / "out" / "checkpoints" / "7" / "data" / "metadata").read_text())
+    assert position["step"] == 7 and position["windows"] == 24
