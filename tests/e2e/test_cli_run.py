@@ -1,6 +1,6 @@
 """`tpujob local run FILE` as a person runs it, in a subprocess: its exit status and what it
-prints for jobs that succeed, fail and are refused, and SIGTERM in the middle of a run stopping
-every process it started."""
+prints for jobs that succeed, fail and are refused, SIGTERM in the middle of a run stopping
+every process it started, and the README's first command (the quickstart example) succeeding."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ import psutil
 import pytest
 import yaml
 
-from tests.e2e.conftest import stand_in, stop_tree
+from tests.e2e.conftest import ROOT, stand_in, stop_tree
 from tests.e2e.test_failures import OUT_OF_MEMORY, SLEEP
 from tests.support.apiserver import wait_for
 
@@ -124,3 +124,19 @@ def test_sigterm_mid_run_stops_everything(tmp_path):
     kept = stderr.split("work directory kept: ", 1)[1].split()[0]
     assert Path(kept).is_dir()
     shutil.rmtree(kept)
+
+
+@pytest.mark.slow
+def test_the_readme_first_command_runs_the_quickstart_to_success(tmp_path):
+    example = ROOT / "manifests" / "examples" / "quickstart.yaml"
+    run = local_run(str(example), "--timeout", "300", "--workdir", str(tmp_path / "w"),
+                    timeout=360)
+    assert run.returncode == 0, run.stdout[-3000:] + run.stderr[-3000:]
+    steps = yaml.safe_load(example.read_text())["spec"]["trainer"]["config"]["train"]["steps"]
+    assert f"quickstart succeeded: {steps} steps, final loss" in run.stdout
+    assert "output gs://tpujob-quickstart/runs/quickstart" in run.stdout
+    final = [line for line in run.stdout.splitlines() if line.startswith("quickstart  Succeeded")]
+    assert final and f"{steps}/{steps}" in final[-1] and f"ckpt {steps}" in final[-1]
+    # The checkpoints went to the emulated bucket, which lives in the work directory.
+    saved = {p.name for p in (tmp_path / "w" / "gcs").rglob("checkpoints/*") if p.name.isdigit()}
+    assert str(steps) in saved, saved

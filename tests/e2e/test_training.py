@@ -16,7 +16,7 @@ from tests.e2e.conftest import TINY, json_lines, steps, unique
 from tests.support.apiserver import wait_for
 from tpujob_trainer.checkpoint import StepDirs
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
 TOTAL = TINY["train"]["steps"]
 
