@@ -167,6 +167,15 @@ class KubeApi:
                        name, ns, {"data": body.get("data")}, field_manager=FIELD_MANAGER)
 
     # -- the job's own status and Events -----------------------------------------------------
+    def job_exists(self, namespace: str, name: str, uid: str | None) -> bool:
+        """Whether the job (this very one, by uid) is still there, read from the server rather
+        than from the watch (a list of one name: the operator's rules grant list, not get)."""
+        found = self._call(f"list TpuTrainingJob {namespace}/{name}",
+                           self.custom.list_namespaced_custom_object, GROUP, VERSION,
+                           namespace, PLURAL, field_selector=f"metadata.name={name}")
+        return any(item.get("metadata", {}).get("uid") == uid
+                   for item in found.get("items") or [])
+
     def patch_status(self, namespace: str, name: str, status: dict[str, Any]) -> dict[str, Any]:
         return self._call(f"patch status of {namespace}/{name}",
                           self.custom.patch_namespaced_custom_object_status, GROUP,

@@ -32,6 +32,8 @@ from tpujob.validation import Verdict, validate_job
 
 log = logging.getLogger("tpujob.operator")
 PolicyEnsurer = Callable[[str, str], None]   # (policy name, accelerator topology)
+# Phases a job reaches only once its children were created: a JobSet missing then has gone.
+HAD_CHILDREN = {Phase.QUEUED, Phase.STARTING, Phase.RUNNING, Phase.RESTARTING, Phase.SUSPENDED}
 
 
 @dataclass(frozen=True)
@@ -187,6 +189,13 @@ class Reconciler:
             return Outcome(prev.phase, None)
         obs = self.observe(job, jobset, prev)
         decision = decide(prev, obs)
+        if Action.CREATE_CHILDREN in decision.actions and prev.phase in HAD_CHILDREN and \
+                not self.kube.job_exists(ns, name, meta.get("uid")):
+            # Its JobSet went because the job itself was deleted (garbage collection), and the
+            # job's own DELETED event has not come in yet: creating children now would leave
+            # them without an owner.
+            log.info("%s/%s: deleted; its children are not created again", ns, name)
+            return Outcome(prev.phase, None)
         created = self.act(job, obs, decision)
         before = (job.get("status") or {})
         after = decision.status.to_dict()
