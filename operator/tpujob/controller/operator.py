@@ -237,13 +237,15 @@ class Operator:
             if op.health is not None:
                 await op.health.stop()
 
+        # Coroutines, so that they run on the loop that owns the work queue (kopf runs plain
+        # functions in a thread pool: a thread hop per event, and the queue is not thread-safe).
         @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
-        def job_event(event: dict[str, Any], **_: Any) -> None:
+        async def job_event(event: dict[str, Any], **_: Any) -> None:
             op.on_job_event(event)
 
         @kopf.on.event(JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL, registry=registry,
                        labels={names.LABEL_MANAGED_BY: names.MANAGED_BY})
-        def jobset_event(event: dict[str, Any], **_: Any) -> None:
+        async def jobset_event(event: dict[str, Any], **_: Any) -> None:
             op.on_jobset_event(event)
 
         if self.settings.webhook:
