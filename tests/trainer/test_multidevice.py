@@ -1,14 +1,25 @@
 """The same losses on 1 device, on an 8-device mesh (data=2, fsdp=2, tensor=2), and on 2
-processes x 4 devices wired with jax.distributed on 127.0.0.1 - all through the real CLI."""
+processes x 4 devices wired with jax.distributed on 127.0.0.1 - all through the real CLI; the
+2-process run checkpoints to a local path and to gs://."""
 
 from __future__ import annotations
 
-import socket
+import json
 import subprocess
+import time
 
+import numpy as np
 import pytest
 
-from tests.trainer.helpers import TINY_YAML, clean_env, cli_command, parse_events, run_cli
+from tests.trainer.helpers import (
+    TINY_YAML,
+    clean_env,
+    cli_command,
+    free_port,
+    parse_events,
+    run_cli,
+)
+from tpujob_trainer.checkpoint import StepDirs
 
 pytestmark = pytest.mark.integration
 
@@ -31,24 +42,64 @@ def test_one_device_and_eight_device_mesh_agree(tmp_path):
     assert losses(eight) == pytest.approx(losses(one), rel=2e-4)
 
 
-@pytest.mark.slow
-def test_two_processes_train_and_checkpoint(tmp_path):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+def run_two_processes(args: list[str], tmp_path, *, timeout: float = 240) -> list[tuple[int, str, str, dict | None]]:
+    """Both processes of a 2 x 4-device job; on timeout both are killed and the test fails with
+    what they printed (a hang must fail, not block)."""
+    port = free_port()
     procs = []
     for pid in range(2):
         env = clean_env(TPUJOB_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", TPUJOB_PROCESS_ID=str(pid),
                         TPUJOB_PROCESS_COUNT="2", TPUJOB_EXPECTED_DEVICES="8",
                         TPUJOB_CPU_DEVICES="4", TPUJOB_INIT_TIMEOUT_S="60",
                         TPUJOB_TERMINATION_LOG=str(tmp_path / f"term{pid}"))
-        procs.append(subprocess.Popen(
-            cli_command(*ARGS, MESH, "checkpoint.every=2", f"output={tmp_path}/out"),
-            env=env, cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    outs = [p.communicate(timeout=200) for p in procs]
-    assert [p.returncode for p in procs] == [0, 0], outs[0][1][-2000:] + outs[1][1][-2000:]
-    events = parse_events(outs[0][0])
-    assert [e["step"] for e in events if e["event"] == "step"] == [1, 2, 3]
+        procs.append(subprocess.Popen(cli_command(*args), env=env, cwd=tmp_path,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    deadline = time.monotonic() + timeout
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic())))
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        tails = [p.communicate()[1][-2000:] for p in procs]
+        pytest.fail(f"2-process run did not finish within {timeout}s; stderr tails:\n"
+                    + "\n---\n".join(tails))
+    terms = [tmp_path / f"term{pid}" for pid in range(2)]
+    return [(p.returncode, out, err, json.loads(t.read_text()) if t.exists() else None)
+            for p, (out, err), t in zip(procs, outs, terms, strict=True)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("storage", ["local", "gs"])
+def test_two_processes_train_and_checkpoint(tmp_path, storage, request):
+    out = f"{tmp_path}/out" if storage == "local" else request.getfixturevalue("gcs").fresh_prefix("mp")
+    # Three saves (2, 4, 6; keep 2): each process writes its shards, process 0 commits.
+    results = run_two_processes([*ARGS, MESH, "train.steps=6", "checkpoint.every=2",
+                                 f"output={out}"], tmp_path)
+    assert [r[0] for r in results] == [0, 0], results[0][2][-2000:] + results[1][2][-2000:]
+    events = parse_events(results[0][1])
+    assert [e["step"] for e in events if e["event"] == "step"] == [1, 2, 3, 4, 5, 6]
     assert next(e for e in events if e["event"] == "start")["processes"] == 2
-    assert not [e for e in parse_events(outs[1][0]) if e.get("event") == "step"]  # process 0 reports
-    assert (tmp_path / "out" / "checkpoints" / "3").exists()
+    assert not [e for e in parse_events(results[1][1]) if e.get("event") == "step"]  # process 0 reports
+    assert StepDirs(f"{out}/checkpoints").complete_steps() == [4, 6]
+
+
+@pytest.mark.slow
+def test_a_failure_on_one_process_ends_the_whole_job_promptly(tmp_path):
+    # Unshuffled, batch 3's rows 4..7 (process 1's) hold a token id the model cannot take:
+    # process 1 fails alone after two steps, while process 0 waits for it in step 3's collective.
+    tokens = (np.arange(24 * 64 + 1) % 251).astype(np.int32)
+    tokens[21 * 64 + 10] = 300
+    np.save(tmp_path / "tokens.npy", tokens)
+    t0 = time.monotonic()
+    results = run_two_processes(
+        [*ARGS, MESH, "train.steps=10", "checkpoint.enabled=false", "data.kind=tokens",
+         f"data.path={tmp_path / 'tokens.npy'}", "data.shuffle=false", f"output={tmp_path}/out"],
+        tmp_path, timeout=120)
+    # Without leaving at once, both wait on each other until JAX's 5-minute shutdown timeout.
+    assert time.monotonic() - t0 < 90
+    (code0, _, err0, term0), (code1, _, err1, term1) = results
+    assert (code1, term1["reason"]) == (5, "DataError"), err1[-2000:]
+    assert "token id 300" in term1["message"]
+    assert (code0, term0["reason"]) == (42, "PeerLost"), err0[-2000:]

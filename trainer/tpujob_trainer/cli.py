@@ -4,6 +4,7 @@ and leave a one-line JSON reason in the termination-message file."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import traceback
 
@@ -21,15 +22,25 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _finish(reason: Reason, message: str) -> int:
+# Ends every process of a job reaches at the same step (the loop decides them collectively).
+_ENDED_TOGETHER = frozenset({Reason.COMPLETED, Reason.DATA_EXHAUSTED, Reason.PREEMPTED,
+                             Reason.NAN_LOSS})
+
+
+def _finish(reason: Reason, message: str) -> tuple[int, Reason]:
     write_termination_message(reason, message)
     code = EXIT_CODES[reason]
     if code != 0:
         print(f"tpujob-train: {reason.value}: {message}", file=sys.stderr, flush=True)
-    return code
+    return code, reason
 
 
 def run(argv: list[str] | None = None) -> int:
+    """Train; the exit code of the contract (exits.py)."""
+    return _run(argv)[0]
+
+
+def _run(argv: list[str] | None) -> tuple[int, Reason | None]:
     args = _parse(argv)
     # Config and env first: both are checked without starting JAX.
     from tpujob_trainer.config import ConfigError, TrainerConfig
@@ -42,7 +53,7 @@ def run(argv: list[str] | None = None) -> int:
         return _finish(Reason.CONFIG_ERROR, str(e))
     if args.print_config:
         print(cfg.to_yaml(), end="")
-        return 0
+        return 0, None
 
     from tpujob_trainer import distributed
     from tpujob_trainer.loop import train
@@ -61,10 +72,21 @@ def run(argv: list[str] | None = None) -> int:
         return _finish(Reason.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
 
 
+def _is_multiprocess() -> bool:
+    jax = sys.modules.get("jax")
+    return jax is not None and jax.distributed.is_initialized() and jax.process_count() > 1
+
+
 def main() -> None:
-    code = run(sys.argv[1:])
+    code, reason = _run(sys.argv[1:])
     sys.stdout.flush()
     sys.stderr.flush()
+    if reason not in _ENDED_TOGETHER and reason is not None and _is_multiprocess():
+        # This process failed alone. JAX's exit handler would wait (up to its 5-minute
+        # shutdown timeout) for every process to reach shutdown, while the peers wait in a
+        # collective or barrier for this one: the whole job would hang. Leave now instead; the
+        # peers' collectives then fail and they exit in turn.
+        os._exit(code)
     sys.exit(code)
 
 

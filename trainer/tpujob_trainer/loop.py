@@ -94,7 +94,8 @@ def _classify(e: BaseException) -> Reason | None:
     if "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text:
         return Reason.OUT_OF_MEMORY
     if jax.process_count() > 1 and any(s in text for s in (
-            "DEADLINE_EXCEEDED", "UNAVAILABLE", "heartbeat", "Connection reset", "task has died")):
+            "DEADLINE_EXCEEDED", "UNAVAILABLE", "heartbeat", "Connection reset",
+            "Connection closed by peer", "Broken pipe", "task has died")):
         return Reason.PEER_LOST
     return None
 
