@@ -99,3 +99,37 @@ def test_bad_mesh_fails_before_compiling_with_the_planner_message():
     with pytest.raises(TrainerExit, match="layouts that work"):
         plan(MeshConfig(ici={"fsdp": 8, "tensor": 4, "context": 2}), num_devices=64,
              num_slices=1, dims=(2, 4, 4, 2))
+
+
+class FakeTpu:
+    """A TPU device as mesh_utils sees it: coordinates, core, kind."""
+
+    platform, device_kind, core_on_chip = "tpu", "TPU v4", 0
+
+    def __init__(self, i: int, coords: tuple[int, int, int]):
+        self.id, self.coords, self.process_index = i, coords, 0
+
+    def __repr__(self):
+        return f"FakeTpu({self.id}, {self.coords})"
+
+
+def test_partial_slice_is_a_mesh_mismatch_but_other_assertions_stay_bugs(monkeypatch):
+    from jax.experimental import mesh_utils
+
+    from tpujob_trainer.mesh import build_mesh
+
+    # Two devices claim chip (0, 1, 0), so chip (1, 1, 0) of the 2x2x1 cuboid is a hole: JAX's
+    # own layout code raises AssertionError for it.
+    hole = [FakeTpu(i, c) for i, c in enumerate([(0, 0, 0), (1, 0, 0), (0, 1, 0), (0, 1, 0)])]
+    with pytest.raises(TrainerExit) as err:
+        build_mesh(MeshConfig(ici={"data": 4}), devices=hole)
+    assert err.value.reason == Reason.MESH_MISMATCH
+    assert "not a whole slice" in err.value.message and 'contains a "hole"' in err.value.message
+
+    def buggy(*args, **kwargs):
+        raise AssertionError("an internal invariant")
+
+    monkeypatch.setattr(mesh_utils, "create_device_mesh", buggy)
+    whole = [FakeTpu(i, (i % 2, i // 2, 0)) for i in range(4)]
+    with pytest.raises(AssertionError, match="an internal invariant"):
+        build_mesh(MeshConfig(ici={"data": 4}), devices=whole)

@@ -14,6 +14,13 @@ from tpujob_plan.mesh import MESH_AXES, MeshPlan, plan_mesh
 from tpujob_trainer.config.mesh import MeshConfig
 from tpujob_trainer.exits import Reason, TrainerExit
 
+# What jax.experimental.mesh_utils asserts about the devices it lays out on TPU.
+_PARTIAL_SLICE_ASSERTIONS = (
+    'contains a "hole"',            # coordinates are not a contiguous cuboid
+    "one device per chip",          # several cores per chip on a generation that has one
+    "cores_per_chip=",              # device count differs from the cuboid's (an `assert`)
+)
+
 
 def physical_dims(devices: list) -> tuple[int, ...] | None:
     """The physical device grid of a TPU slice (with a trailing core axis when a chip has
@@ -54,13 +61,21 @@ def build_mesh(cfg: MeshConfig, *, num_slices: int = 1, devices: list | None = N
         if num_slices > 1 and hasattr(devices[0], "slice_index"):
             grid = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices)
         elif dims is not None:
-            grid = mesh_utils.create_device_mesh([i * d for i, d in zip(ici, dcn)], devices)
+            grid = mesh_utils.create_device_mesh([i * d for i, d in zip(ici, dcn, strict=True)], devices)
         else:
             # No physical topology to respect: processes' devices stay contiguous, so each
             # process owns a contiguous block of the batch axes.
-            grid = np.array(devices).reshape([i * d for i, d in zip(ici, dcn)])
-    except (NotImplementedError, ValueError, AssertionError) as e:
+            grid = np.array(devices).reshape([i * d for i, d in zip(ici, dcn, strict=True)])
+    except (NotImplementedError, ValueError) as e:
         raise TrainerExit(Reason.MESH_MISMATCH, f"JAX cannot lay out mesh {p.axes} on these "
                           f"devices: {e}") from e
+    except AssertionError as e:
+        # JAX reports TPU devices that do not fill a whole cuboid of chips (part of a slice,
+        # or several cores per chip where it expects one) as AssertionError; anything else
+        # asserted is a bug, not a layout problem, and stays one.
+        if not any(s in str(e) for s in _PARTIAL_SLICE_ASSERTIONS):
+            raise
+        raise TrainerExit(Reason.MESH_MISMATCH, f"JAX cannot lay out mesh {p.axes}: these "
+                          f"{len(devices)} devices are not a whole slice ({e})") from e
     assert math.prod(grid.shape) == len(devices)
     return Mesh(grid, MESH_AXES, axis_types=(AxisType.Auto,) * len(MESH_AXES)), p
