@@ -1,0 +1,64 @@
+"""Watches cut off every second or so (connections reset mid-stream, then streams ended early
+as a server-side timeout does): every change made meanwhile still reaches the operator. The
+operator reads JobSets and jobs only from its watches and never looks again on a timer here
+(resync and progress looks are set far out), so an event lost on a reconnect leaves its job in
+the old phase and the test fails."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from tests.faults.conftest import create_jobs, operator_requests, phases, wait_until_ended
+from tests.operator.conftest import JOBS, start_operator
+from tests.support.apiserver import wait_for
+
+pytestmark = pytest.mark.integration
+READY = [{"name": "slice", "ready": 1, "succeeded": 0, "failed": 0, "active": 1,
+          "suspended": 0}]
+
+
+def test_changes_made_while_watches_drop_are_all_seen(cluster):
+    to_run = [f"drop-run-{i}" for i in range(6)]         # JobSet status -> Running
+    to_suspend = [f"drop-sus-{i}" for i in range(3)]     # job spec -> Suspended
+    to_delete = [f"drop-del-{i}" for i in range(3)]      # job deleted -> out of the operator
+    everyone = to_run + to_suspend + to_delete
+    # A watch is cut only if it starts while the faults are on: on from the start. About a
+    # third of the attempts to watch again fail, so the operator is blind for a second or more
+    # at a time, and the changes made meanwhile reach it only by resuming from the version it
+    # last saw.
+    faults = dict(watch_drop_after_s=(0.3, 0.9), error_rate=0.3, verbs={"watch"},
+                  user_agent="kopf")
+    cluster.server.set_faults(**faults, seed=4)
+    op = start_operator(cluster, resync_interval_s=600, progress_interval_s=600)
+    try:
+        create_jobs(cluster, everyone, [])
+        wait_until_ended(cluster, everyone, [], timeout=30)
+        cluster.server.reset_requests()
+        changes = [lambda n=n: cluster.set_jobset_status(n, replicatedJobsStatus=READY)
+                   for n in to_run]
+        changes += [lambda n=n: cluster.patch(JOBS + f"/{n}", {"spec": {"suspend": True}})
+                    for n in to_suspend]
+        changes += [lambda n=n: cluster.request("DELETE", JOBS + f"/{n}") for n in to_delete]
+        changes = [changes[i] for i in (0, 6, 9, 1, 7, 10, 2, 8, 11, 3, 4, 5)]  # interleaved
+        for mode, batch in (("reset", changes[:6]), ("end", changes[6:])):
+            cluster.server.set_faults(**faults, watch_drop_mode=mode, seed=5)
+            for change in batch:
+                change()
+                time.sleep(0.35)  # spread over several drops
+            time.sleep(1.0)
+        want = {n: "Running" for n in to_run} | {n: "Suspended" for n in to_suspend}
+        wait_for(lambda: all(phases(cluster).get(n) == p for n, p in want.items()),
+                 timeout=20, interval=0.2,
+                 message=f"every change to be seen (now {phases(cluster)})")
+        wait_for(lambda: sorted(op.operator.jobs) == sorted(
+            (cluster.namespace, n) for n in to_run + to_suspend), timeout=10,
+            message="the deleted jobs to leave the operator")
+    finally:
+        op.stop()
+        cluster.server.set_faults()
+    dropped = {r.resource for r in operator_requests(cluster) if r.fault == "watch-drop"}
+    assert {"tputrainingjobs", "jobsets"} <= dropped, dropped
+    for n in to_suspend:
+        assert cluster.jobset(n)["spec"]["suspend"] is True, n
