@@ -183,20 +183,21 @@ class KubeApi:
                           {"status": status}, field_manager=FIELD_MANAGER)
 
     def create_event(self, job: dict[str, Any], type_: str, reason: str, message: str) -> None:
-        """A core/v1 Event about the job (best effort: a lost Event must not stop a reconcile)."""
+        """A core/v1 Event about the job (best effort: a lost Event must not stop a reconcile).
+        The body is a plain dict: the client's model objects cost more than the request."""
         meta = job["metadata"]
-        now = datetime.now(UTC)
-        body = client.CoreV1Event(
-            metadata=client.V1ObjectMeta(generate_name=f"{meta['name']}.",
-                                         namespace=meta["namespace"]),
-            involved_object=client.V1ObjectReference(
-                api_version=job.get("apiVersion", API_VERSION), kind="TpuTrainingJob",
-                name=meta["name"], namespace=meta["namespace"], uid=meta.get("uid"),
-                resource_version=meta.get("resourceVersion")),
-            type=type_, reason=reason, message=message[:1024],
-            source=client.V1EventSource(component=FIELD_MANAGER),
-            first_timestamp=now, last_timestamp=now, count=1,
-            reporting_component=FIELD_MANAGER, reporting_instance=FIELD_MANAGER)
+        now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {
+                "apiVersion": job.get("apiVersion", API_VERSION), "kind": "TpuTrainingJob",
+                "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion")},
+            "type": type_, "reason": reason, "message": message[:1024],
+            "source": {"component": FIELD_MANAGER},
+            "firstTimestamp": now, "lastTimestamp": now, "count": 1,
+            "reportingComponent": FIELD_MANAGER, "reportingInstance": FIELD_MANAGER}
         try:
             self._call(f"create Event for {meta['namespace']}/{meta['name']}",
                        self.core.create_namespaced_event, meta["namespace"], body)
