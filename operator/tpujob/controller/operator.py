@@ -35,6 +35,7 @@ from tpujob.controller.workqueue import WorkQueue
 
 log = logging.getLogger("tpujob.operator")
 WEBHOOK_ID = "validate-tputrainingjob"
+KOPF_IDLE_TIMEOUT_S = 0.5
 Key = tuple[str, str]
 
 
@@ -197,6 +198,10 @@ class Operator:
         ks.watching.connect_timeout = s.watch_connect_timeout_s
         ks.posting.enabled = False          # the operator writes its own Events
         ks.persistence.diffbase_storage = _NoDiffBase()
+        # kopf's worker for an object keeps the object's last event (a whole JobSet, pod
+        # templates and all) until no event has come for this long; 5 s by default, which in a
+        # burst of jobs holds every one of them at once. The handlers keep what they need.
+        ks.queueing.idle_timeout = KOPF_IDLE_TIMEOUT_S
         ks.scanning.disabled = not s.clusterwide   # listing CRDs needs cluster-wide rights
         if s.webhook:
             cert_dir = s.webhook_cert_dir.rstrip("/")
