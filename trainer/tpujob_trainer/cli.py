@@ -7,6 +7,7 @@ import argparse
 import os
 import sys
 import traceback
+from typing import NamedTuple
 
 from tpujob_trainer.exits import EXIT_CODES, Reason, TrainerExit, write_termination_message
 
@@ -27,20 +28,26 @@ _ENDED_TOGETHER = frozenset({Reason.COMPLETED, Reason.DATA_EXHAUSTED, Reason.PRE
                              Reason.NAN_LOSS})
 
 
-def _finish(reason: Reason, message: str) -> tuple[int, Reason]:
+class _Ending(NamedTuple):
+    code: int
+    reason: Reason | None = None
+    message: str = ""
+
+
+def _finish(reason: Reason, message: str) -> _Ending:
     write_termination_message(reason, message)
     code = EXIT_CODES[reason]
     if code != 0:
         print(f"tpujob-train: {reason.value}: {message}", file=sys.stderr, flush=True)
-    return code, reason
+    return _Ending(code, reason, message)
 
 
 def run(argv: list[str] | None = None) -> int:
     """Train; the exit code of the contract (exits.py)."""
-    return _run(argv)[0]
+    return _run(argv).code
 
 
-def _run(argv: list[str] | None) -> tuple[int, Reason | None]:
+def _run(argv: list[str] | None) -> _Ending:
     args = _parse(argv)
     # Config and env first: both are checked without starting JAX.
     from tpujob_trainer.config import ConfigError, TrainerConfig
@@ -53,13 +60,14 @@ def _run(argv: list[str] | None) -> tuple[int, Reason | None]:
         return _finish(Reason.CONFIG_ERROR, str(e))
     if args.print_config:
         print(cfg.to_yaml(), end="")
-        return 0, None
+        return _Ending(0)
 
     from tpujob_trainer import distributed
     from tpujob_trainer.loop import train
 
     try:
         distributed.initialize(penv)
+        distributed.watch_for_failures()
         distributed.check_topology(penv)
         outcome = train(cfg, penv)
         return _finish(outcome.reason, outcome.message)
@@ -78,15 +86,19 @@ def _is_multiprocess() -> bool:
 
 
 def main() -> None:
-    code, reason = _run(sys.argv[1:])
+    code, reason, message = _run(sys.argv[1:])
     sys.stdout.flush()
     sys.stderr.flush()
     if reason not in _ENDED_TOGETHER and reason is not None and _is_multiprocess():
         # This process failed alone. JAX's exit handler would wait (up to its 5-minute
         # shutdown timeout) for every process to reach shutdown, while the peers wait in a
-        # collective or barrier for this one: the whole job would hang. Leave now instead; the
-        # peers' collectives then fail and they exit in turn.
+        # collective or barrier for this one: the whole job would hang. Tell the peers (they
+        # exit with PeerLost) and leave now.
+        from tpujob_trainer import distributed
+        distributed.announce_failure(reason, message)
         os._exit(code)
+    if "tpujob_trainer.distributed" in sys.modules:
+        sys.modules["tpujob_trainer.distributed"].stop_watching()
     sys.exit(code)
 
 
