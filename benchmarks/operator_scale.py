@@ -84,7 +84,7 @@ def free_port() -> int:
 
 
 class Client:
-    """Raw HTTP to the server (its requests are told apart from the operator's by agent)."""
+    """Raw HTTP to the server (its requests are told apart from the operator's by User-Agent)."""
 
     def __init__(self, url: str, namespace: str):
         self.url = url

@@ -3,7 +3,7 @@ the write, watches cut off, the server restarted, the operator killed. Every tes
 embedded API server (both CRDs served) and checks the same end state: every job in the phase
 it should reach, with its whole status, and each valid job's children created exactly once.
 
-The tests' own requests go through a session that retries refused connections and 429/5xx
+The tests' own requests go through an HTTP client that retries refused connections and 429/5xx
 answers, so that the faults injected for the operator do not fail the test's bookkeeping."""
 
 from __future__ import annotations
