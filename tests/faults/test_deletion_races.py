@@ -94,6 +94,13 @@ def test_a_job_created_again_under_the_same_name_keeps_its_own_state():
     assert KEY not in op.jobsets, "the old job's JobSet is taken for the new job's"
 
 
+def test_a_job_found_gone_leaves_the_operator():
+    op = _operator(lambda op: None)
+    op.reconciler.reconcile = lambda job, jobset: Outcome(Phase.STARTING, None, gone=True)
+    assert asyncio.run(op._work(KEY)) is None
+    assert KEY not in op.jobs and op._phases() == []
+
+
 @pytest.fixture
 def cluster(tmp_path):
     crds = load_crds(bundled_crd_paths() + [ROOT / "manifests" / "crd.yaml"])
@@ -118,7 +125,8 @@ def test_the_children_of_a_deleted_job_are_not_created_again(cluster):
              message="the JobSet to be garbage-collected")
     cluster.server.reset_requests()
     # The JobSet's DELETED event came in first; the job's has not: the cache still holds it.
-    reconciler.reconcile(seen, None)
+    outcome = reconciler.reconcile(seen, None)
+    assert outcome.gone, "the operator would keep a job the server no longer has"
     creates = [r for r in cluster.server.requests() if r.verb == "create"]
     assert creates == [], [(r.resource, r.status) for r in creates]
     listing = cluster.request("GET", JOBSETS).json()["items"]
@@ -132,6 +140,6 @@ def test_a_jobset_deleted_by_hand_is_created_again(cluster):
     seen = reconciler.reconcile(job, None).job
     assert cluster.request("DELETE", JOBSETS + "/kept").status_code == 200
     again = reconciler.reconcile(seen, None)
-    assert again.jobset is not None
+    assert again.jobset is not None and not again.gone
     assert cluster.jobset("kept")["metadata"]["ownerReferences"][0]["uid"] == \
         job["metadata"]["uid"]

@@ -143,6 +143,9 @@ class Operator:
         current = self.jobs.get(key)
         if current is None or current["metadata"].get("uid") != job["metadata"].get("uid"):
             return None if current is None else 0.0
+        if outcome.gone:
+            self.on_job_event({"type": "DELETED", "object": current})
+            return None
         if outcome.job is not None:
             _keep_newer(self.jobs, key, outcome.job)
         if outcome.jobset is not None:

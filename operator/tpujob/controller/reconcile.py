@@ -42,6 +42,7 @@ class Outcome:
     requeue_after: float | None
     job: dict[str, Any] | None = None      # the job as the status patch left it
     jobset: dict[str, Any] | None = None   # the JobSet as created
+    gone: bool = False                     # the server no longer has the job
 
 
 def _status_patch(prev: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
@@ -192,10 +193,11 @@ class Reconciler:
         if Action.CREATE_CHILDREN in decision.actions and prev.phase in HAD_CHILDREN and \
                 not self.kube.job_exists(ns, name, meta.get("uid")):
             # Its JobSet went because the job itself was deleted (garbage collection), and the
-            # job's own DELETED event has not come in yet: creating children now would leave
+            # job's own DELETED event has not come in yet (or never will: a watch that had to
+            # list again after a gap reports no deletions): creating children now would leave
             # them without an owner.
             log.info("%s/%s: deleted; its children are not created again", ns, name)
-            return Outcome(prev.phase, None)
+            return Outcome(prev.phase, None, gone=True)
         created = self.act(job, obs, decision)
         before = (job.get("status") or {})
         after = decision.status.to_dict()
