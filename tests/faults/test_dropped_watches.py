@@ -10,9 +10,17 @@ import time
 
 import pytest
 
-from tests.faults.conftest import create_jobs, operator_requests, phases, wait_until_ended
-from tests.operator.conftest import JOBS, start_operator
+from tests.faults.conftest import (
+    _retrying,
+    count,
+    create_jobs,
+    operator_requests,
+    phases,
+    wait_until_ended,
+)
+from tests.operator.conftest import JOBS, JOBSETS, ROOT, Cluster, start_operator
 from tests.support.apiserver import wait_for
+from tpujob.local.apiserver import ApiServer, bundled_crd_paths, load_crds
 
 pytestmark = pytest.mark.integration
 READY = [{"name": "slice", "ready": 1, "succeeded": 0, "failed": 0, "active": 1,
@@ -62,3 +70,36 @@ def test_changes_made_while_watches_drop_are_all_seen(cluster):
     assert {"tputrainingjobs", "jobsets"} <= dropped, dropped
     for n in to_suspend:
         assert cluster.jobset(n)["spec"]["suspend"] is True, n
+
+
+def test_a_job_deleted_while_the_operator_could_not_watch_leaves_it(tmp_path):
+    # The server keeps only 10 events per kind: a watch that was down for more than that
+    # cannot resume (410 Gone) and lists everything again, which reports no deletions. The
+    # operator must still let the deleted job go (its JobSet's deletion, replayed on the other
+    # watch, makes it ask the server) and create nothing for it.
+    crds = load_crds(bundled_crd_paths() + [ROOT / "manifests" / "crd.yaml"])
+    with ApiServer(crds=crds, bookmark_interval_s=1.0, watch_history=10) as srv:
+        cluster = _retrying(Cluster(srv, srv.write_kubeconfig(tmp_path / "kubeconfig"), "gap"))
+        cluster.request("POST", "/api/v1/namespaces", json={
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gap"}})
+        op = start_operator(cluster)
+        try:
+            create_jobs(cluster, ["gone", "kept"], [])
+            wait_until_ended(cluster, ["gone", "kept"], [], timeout=30)
+            srv.set_faults(error_rate=1.0, verbs={"watch", "list"}, user_agent="kopf")
+            srv.restart(down_s=0.2)  # cuts the watches; they cannot come back yet
+            cluster.request("DELETE", JOBS + "/gone")
+            for i in range(20):  # more job events than the server keeps
+                cluster.patch(JOBS + "/kept", {"metadata": {"labels": {"n": str(i)}}})
+            srv.set_faults()
+            cleared_at = time.monotonic()
+            wait_for(lambda: sorted(op.operator.jobs) == [("gap", "kept")], timeout=20,
+                     message=f"the deleted job to leave the operator ({sorted(op.operator.jobs)})")
+        finally:
+            op.stop()
+        # The job watch could not resume: kopf listed the jobs again.
+        relisted = [r for r in operator_requests(cluster) if r.verb == "list" and
+                    r.resource == "tputrainingjobs" and r.status == 200 and r.at > cleared_at]
+        assert relisted, "the job watch resumed: the gap was not past the server's history"
+        assert cluster.jobset("gone") is None
+        assert count(cluster, JOBSETS) == 1
