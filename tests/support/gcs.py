@@ -9,16 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import socket
 import subprocess
-import sys
+import tempfile
 import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
 import pytest
 
@@ -53,30 +51,34 @@ def _free_port() -> int:
 
 
 def _emulator_command() -> list[str]:
-    exe = Path(sys.executable).parent / "gcp-storage-emulator"
-    if exe.exists():
-        return [str(exe)]
-    found = shutil.which("gcp-storage-emulator")
-    if not found:
-        pytest.skip("gcp-storage-emulator is not installed (pip install gcp-storage-emulator)")
-    return [found]
+    """Local mode's launcher of gcp-storage-emulator: its downloads carry object generations,
+    which Orbax's tensorstore writes need after a few saves."""
+    from tpujob.local.session.gcs import GcsEmulatorError, find_emulator
+    try:
+        return find_emulator()
+    except GcsEmulatorError as err:
+        pytest.skip(str(err))
 
 
 @contextlib.contextmanager
 def run_gcs_emulator(bucket: str = DEFAULT_BUCKET, *, timeout_s: float = 30.0) -> Iterator[GcsEmulator]:
     """Run the emulator on a free 127.0.0.1 port with `bucket` created; stop it on exit."""
     port = _free_port()
+    # The emulator prints a traceback for every dropped connection: into a file, never into a
+    # pipe nobody reads (a full pipe blocks the emulator and every client with it).
+    log = tempfile.TemporaryFile()
     proc = subprocess.Popen(
         [*_emulator_command(), "start", "--host", "127.0.0.1", "--port", str(port),
          "--default-bucket", bucket, "--in-memory", "--quiet"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=log)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + timeout_s
         while True:
             if proc.poll() is not None:
+                log.seek(0)
                 raise RuntimeError(f"gcp-storage-emulator exited ({proc.returncode}): "
-                                   f"{proc.stderr.read().decode(errors='replace')[-2000:]}")
+                                   f"{log.read().decode(errors='replace')[-2000:]}")
             try:
                 with urllib.request.urlopen(f"{url}/storage/v1/b/{bucket}", timeout=2) as r:
                     if r.status == 200:
@@ -94,7 +96,7 @@ def run_gcs_emulator(bucket: str = DEFAULT_BUCKET, *, timeout_s: float = 30.0) -
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-        proc.stderr.close()
+        log.close()
 
 
 @pytest.fixture(scope="session")
