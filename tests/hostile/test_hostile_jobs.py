@@ -6,8 +6,7 @@ Properties: validation never raises; an invalid verdict names its field; a valid
 objects Kubernetes can take, in the job's namespace; a secret value written where a key would go
 is refused without being echoed; a secret reference stays in the job's namespace.
 
-Bugs found here in code these tests do not own are pinned by `xfail(strict=True)` tests at the
-end, and the property tests step around their triggers (`_known_bug`)."""
+The table-driven tests at the end pin the bugs these properties found, now fixed."""
 
 from __future__ import annotations
 
@@ -73,31 +72,9 @@ def _containers(children: list[dict]) -> list[dict]:
             for c in value.get("containers") or [] if isinstance(c, dict)]
 
 
-def _known_bug(obj: Any) -> str | None:
-    """Which of the bugs pinned at the end of this file `obj` would trip, if any."""
-    if not isinstance(obj, dict):
-        return None
-    spec = obj.get("spec") if isinstance(obj.get("spec"), dict) else {}
-    trainer = spec.get("trainer") if isinstance(spec.get("trainer"), dict) else {}
-    overrides = trainer.get("overrides")
-    for override in overrides if isinstance(overrides, list) else []:
-        if isinstance(override, str) and "=" in override:
-            try:
-                yaml.safe_load(override.split("=", 1)[1])
-            except yaml.YAMLError:
-                pass
-            except Exception:  # noqa: BLE001 - what validate_job lets escape
-                return "override value YAML cannot construct"
-    return None
-
-
 def _check(obj: Any) -> None:
     """The properties of the pure path for one object."""
     doc = _as_operator_sees_it(obj)
-    bug = _known_bug(doc)
-    if bug:
-        event(f"known bug: {bug}")
-        return
     verdict = validate_job(doc)
     if not verdict.valid:
         event(f"refused: {verdict.reason}")
@@ -189,8 +166,6 @@ def test_secret_references_render_as_references_only(obj: dict, token: str) -> N
     obj = _as_operator_sees_it(obj)
     obj["spec"]["wandb"] = {"project": "p", "apiKeySecret": {"name": "wandb", "key": "api-key"}}
     obj["spec"]["env"] = [e for e in obj["spec"]["env"] if "valueFrom" not in e]
-    if _known_bug(obj):
-        return
     verdict = validate_job(obj)
     if not verdict.valid:
         return
@@ -218,11 +193,6 @@ def test_the_wandb_key_secret_cannot_be_in_another_namespace(secret_ref: dict) -
 
 # -- bugs found by the tests above, in code these tests do not own ------------------------------
 
-@pytest.mark.xfail(strict=True, raises=(ValueError, KeyError, AttributeError, TypeError),
-                   reason="trainer/tpujob_trainer/config/root.py _apply_override catches only "
-                          "yaml.YAMLError from yaml.safe_load, so override values YAML fails to "
-                          "construct (an impossible date, an integer of over 4300 digits, a "
-                          "!!bool/!!int/!!timestamp tag) escape validate_job as exceptions")
 @pytest.mark.parametrize("value", ["2001-02-30", "9" * 5000, "!!bool x", "!!timestamp x",
                                    "!!int x"])
 def test_override_values_yaml_cannot_read_are_refused(value: str) -> None:

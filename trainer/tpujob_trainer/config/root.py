@@ -96,7 +96,9 @@ def _apply_override(d: dict[str, Any], override: str) -> str | None:
         return f"override {override!r} is not of the form section.field=value"
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError, KeyError, AttributeError):
+        # Not YAML, or YAML that cannot be built (an impossible date, an integer past Python's
+        # digit limit, a bad !!tag): keep the text; the schema then names the field.
         value = raw
     parts = key.split(".")
     node = d
