@@ -99,9 +99,10 @@ def run_gcs_emulator(bucket: str = DEFAULT_BUCKET, *, timeout_s: float = 30.0) -
         log.close()
 
 
-@pytest.fixture(scope="session")
-def gcs_emulator() -> Iterator[GcsEmulator]:
-    """A running emulator with a bucket, and this process's env pointing every GCS client at it."""
+@contextlib.contextmanager
+def gcs_emulator_in_env() -> Iterator[GcsEmulator]:
+    """A running emulator with a bucket, and this process's env (inherited by subprocesses)
+    pointing every GCS client at it until the block ends; then the env is restored."""
     with run_gcs_emulator() as emulator:
         saved = {k: os.environ.get(k) for k in emulator.env}
         set_gcs_emulator_env(emulator.url)
@@ -115,6 +116,13 @@ def gcs_emulator() -> Iterator[GcsEmulator]:
                 else:
                     os.environ[k] = v
             _clear_gcsfs_instances()
+
+
+@pytest.fixture(scope="session")
+def gcs_emulator() -> Iterator[GcsEmulator]:
+    """One emulator for the whole session (see gcs_emulator_in_env)."""
+    with gcs_emulator_in_env() as emulator:
+        yield emulator
 
 
 def _clear_gcsfs_instances() -> None:

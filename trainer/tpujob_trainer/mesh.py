@@ -67,6 +67,8 @@ def build_mesh(cfg: MeshConfig, *, num_slices: int = 1, devices: list | None = N
             # process owns a contiguous block of the batch axes.
             grid = np.array(devices).reshape([i * d for i, d in zip(ici, dcn, strict=True)])
     except (NotImplementedError, ValueError) as e:
+        # JAX's own refusals: NotImplementedError when no assignment of the physical mesh to the
+        # logical axes exists, ValueError when the shapes do not match the devices.
         raise TrainerExit(Reason.MESH_MISMATCH, f"JAX cannot lay out mesh {p.axes} on these "
                           f"devices: {e}") from e
     except AssertionError as e:
