@@ -63,6 +63,9 @@ class _Reconciler:
         return Outcome(Phase.STARTING, 5.0, job=_job(uid, 20, "Starting"),
                        jobset=_jobset(uid, 21))
 
+    def forget(self, uid):
+        pass
+
 
 def _operator(during) -> Operator:
     op = Operator(OperatorSettings(http_port=None), client.Configuration())

@@ -169,6 +169,7 @@ class Operator:
         if event.get("type") == "DELETED":
             self.jobs.pop(key, None)
             self._failures.pop(key, None)
+            self.reconciler.forget(meta.get("uid"))
             if self.queue is not None:
                 self.queue.forget(key)
             return

@@ -73,6 +73,8 @@ class Reconciler:
             lambda ip, port: fetch_progress(ip, port, settings.progress_timeout_s))
         self.clock = clock
         self._ensured_policies: set[str] = set()
+        # uid -> (generation, verdict): a spec is validated once, not on every progress look.
+        self._verdicts: dict[str, tuple[int, Verdict]] = {}
         # (namespace, JobSet uid, JobSet restarts) -> process 0's (IP, port)
         self._process_zero: dict[tuple[str, str, int], tuple[str, int]] = {}
 
@@ -111,11 +113,27 @@ class Reconciler:
             self._process_zero.pop(key, None)  # look the pod up again next time
         return reading
 
+    def _validate(self, job: dict[str, Any]) -> Verdict:
+        meta = job.get("metadata") or {}
+        uid, generation = meta.get("uid"), meta.get("generation")
+        if not uid or generation is None:
+            return validate_job(job)
+        kept = self._verdicts.get(uid)
+        if kept is not None and kept[0] == int(generation):
+            return kept[1]
+        verdict = validate_job(job)
+        self._verdicts[uid] = (int(generation), verdict)
+        return verdict
+
+    def forget(self, uid: str | None) -> None:
+        """Drop what is kept about a deleted job."""
+        self._verdicts.pop(uid or "", None)
+
     def observe(self, job: dict[str, Any], jobset: dict[str, Any] | None,
                 prev: TpuTrainingJobStatus) -> Observation:
         meta = job["metadata"]
         ns, name = meta["namespace"], meta["name"]
-        verdict = validate_job(job)
+        verdict = self._validate(job)
         js = JobSetState.from_object(jobset)
         blocked = None
         if js.exists and js.owner_uid != meta.get("uid"):
