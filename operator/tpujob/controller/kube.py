@@ -4,6 +4,7 @@ calls made here are exactly the rules in `permissions.py`."""
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -41,7 +42,6 @@ class ApiRefused(Exception):
 
 
 def _message(err: ApiException) -> str:
-    import json
     try:
         return json.loads(err.body or "{}").get("message") or err.reason or str(err.status)
     except (ValueError, AttributeError):
