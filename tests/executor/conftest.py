@@ -118,8 +118,10 @@ def is_alive(pid: int) -> bool:
         return False
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture
 def cluster(kube: Kube) -> Iterator[Cluster]:
+    """A namespace of its own for each test: an executor runs every JobSet of its namespace, so
+    a JobSet another test left running would start processes here too."""
     if not kube.embedded:
         pytest.skip("the local executor plays controllers a real cluster already runs")
     kube.ensure_crd(yaml.safe_load((ROOT / "manifests" / "crd.yaml").read_text()))
