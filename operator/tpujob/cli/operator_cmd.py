@@ -4,6 +4,7 @@ pod's service account. Stops cleanly on SIGTERM/SIGINT."""
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 
@@ -70,6 +71,10 @@ def run(args: argparse.Namespace) -> int:
     kopf.configure(verbose=args.verbose, debug=args.verbose,
                    log_format=kopf.LogFormat.JSON if args.log_format == "json"
                    else kopf.LogFormat.PLAIN)
+    if not args.verbose:
+        # kopf logs "Handler ... succeeded." at INFO for every watch event: a line per status
+        # change of every job and JobSet. The operator logs what it does itself.
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     settings = OperatorSettings(
         namespaces=tuple(args.namespace), http_port=None if args.http_port < 0 else args.http_port,
         webhook=args.webhook, webhook_port=args.webhook_port,

@@ -78,6 +78,13 @@ class KubeApi:
         except (ApiException, HTTPError, OSError) as err:
             raise _translate(err, what) from err
 
+    def _send(self, what: str, fn, *args, **kwargs) -> None:
+        """A call whose reply is not needed: the body is read and dropped, not turned into the
+        client's model objects (which cost more than the request)."""
+        reply = self._call(what, fn, *args, _preload_content=False, **kwargs)
+        reply.drain_conn()
+        reply.release_conn()
+
     def _get_or_none(self, what: str, fn, *args) -> Any:
         try:
             return self._call(what, fn, *args)
@@ -154,7 +161,7 @@ class KubeApi:
         """Create the trainer's ConfigMap, or bring its data up to date."""
         ns, name = body["metadata"]["namespace"], body["metadata"]["name"]
         try:
-            self._call(f"create ConfigMap {ns}/{name}", self.core.create_namespaced_config_map,
+            self._send(f"create ConfigMap {ns}/{name}", self.core.create_namespaced_config_map,
                        ns, body, field_manager=FIELD_MANAGER)
             return
         except ApiUnavailable:
@@ -199,7 +206,7 @@ class KubeApi:
             "firstTimestamp": now, "lastTimestamp": now, "count": 1,
             "reportingComponent": FIELD_MANAGER, "reportingInstance": FIELD_MANAGER}
         try:
-            self._call(f"create Event for {meta['namespace']}/{meta['name']}",
+            self._send(f"create Event for {meta['namespace']}/{meta['name']}",
                        self.core.create_namespaced_event, meta["namespace"], body)
         except (ApiUnavailable, ApiRefused) as err:
             log.warning("could not record Event %s for %s/%s: %s", reason, meta["namespace"],

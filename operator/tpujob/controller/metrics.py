@@ -46,4 +46,6 @@ class OperatorMetrics:
                                  registry=r)
         self.events = Counter("tpujob_operator_events", "Events emitted, by reason.",
                               ["reason"], registry=r)
+        self.events_dropped = Counter("tpujob_operator_events_dropped", "Events dropped "
+                                      "because too many were waiting to be sent.", registry=r)
         r.register(_PhaseCollector(phases))

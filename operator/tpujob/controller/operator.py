@@ -19,6 +19,7 @@ from kubernetes import client
 from tpujob.api.resource import GROUP, PLURAL, VERSION
 from tpujob.builders import names
 from tpujob.controller import admission
+from tpujob.controller.events import EventRecorder
 from tpujob.controller.health import HealthServer
 from tpujob.controller.kube import (
     JOBSET_GROUP,
@@ -109,8 +110,10 @@ class Operator:
         self.jobsets: dict[Key, dict[str, Any]] = {}
         self.metrics = OperatorMetrics(phases=self._phases)
         self.kube = KubeApi(client.ApiClient(api_config))
+        self.events = EventRecorder(self.kube.create_event, self.metrics)
         self.reconciler = Reconciler(self.kube, settings, self.metrics,
-                                     ensure_policy=ensure_policy, read_progress=read_progress)
+                                     ensure_policy=ensure_policy, read_progress=read_progress,
+                                     record_event=self.events.record)
         self.queue: WorkQueue | None = None
         self.health: HealthServer | None = None
         self.ready = False
@@ -227,6 +230,7 @@ class Operator:
 
         @kopf.on.startup(registry=registry)
         async def startup(**_: Any) -> None:
+            op.events.start()
             op.queue = WorkQueue(op._work, workers=op.settings.workers)
             op.queue.start()
             for key in list(op.jobs):
@@ -243,6 +247,7 @@ class Operator:
             op.ready = False
             if op.queue is not None:
                 await op.queue.stop()
+            await asyncio.to_thread(op.events.stop)
             if op.health is not None:
                 await op.health.stop()
 

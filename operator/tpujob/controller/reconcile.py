@@ -17,6 +17,7 @@ from tpujob.api.status import FailureReason, Phase, TpuTrainingJobStatus
 from tpujob.builders.fingerprint import FINGERPRINT_ANNOTATION, changed_fields
 from tpujob.builders.jobset import build_children
 from tpujob.controller.decide import Action, Decision, Observation, decide
+from tpujob.controller.events import PostEvent
 from tpujob.controller.kube import ApiRefused, ApiUnavailable, KubeApi
 from tpujob.controller.metrics import OperatorMetrics
 from tpujob.controller.observe import (
@@ -64,6 +65,7 @@ class Reconciler:
                  metrics: OperatorMetrics | None = None, *,
                  ensure_policy: PolicyEnsurer | None = None,
                  read_progress: Callable[[str, int], ProgressReading | None] | None = None,
+                 record_event: PostEvent | None = None,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)):
         self.kube = kube
         self.settings = settings
@@ -72,6 +74,10 @@ class Reconciler:
         self.read_progress = read_progress or (
             lambda ip, port: fetch_progress(ip, port, settings.progress_timeout_s))
         self.clock = clock
+        # Posts an Event: at once by default; the operator hands them to its EventRecorder.
+        self.record_event = record_event or (
+            lambda job, type_, reason, message: self.kube.create_event(job, type_, reason,
+                                                                       message))
         self._ensured_policies: set[str] = set()
         # uid -> (generation, verdict): a spec is validated once, not on every progress look.
         self._verdicts: dict[str, tuple[int, Verdict]] = {}
@@ -226,7 +232,7 @@ class Reconciler:
             events = [e for e in events if e.reason != "Created"]
         for event in events:
             self.metrics.events.labels(event.reason).inc()
-            self.kube.create_event(job, event.type, event.reason, event.message)
+            self.record_event(job, event.type, event.reason, event.message)
         return Outcome(decision.status.phase, self._next_look(decision.status.phase, obs),
                        job=patched, jobset=created)
 

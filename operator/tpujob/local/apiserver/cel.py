@@ -9,6 +9,7 @@ the methods `size`, `startsWith`, `endsWith`, `contains`, `matches`, the macros 
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Callable
 from typing import Any
@@ -67,8 +68,10 @@ def _ternaries(text: str) -> str | None:
     return f"({text[q + 1:colon]}) if ({text[:q]}) else ({rest})"
 
 
+@functools.lru_cache(maxsize=1024)
 def compile_rule(rule: str) -> Callable[[dict[str, Any]], Any] | None:
-    """A function of the bindings (`self`, optionally `oldSelf`), or None when unsupported."""
+    """A function of the bindings (`self`, optionally `oldSelf`), or None when unsupported.
+    Cached: the same rules come back with every object of a kind."""
     text = _translate(rule)
     if text is None:
         return None

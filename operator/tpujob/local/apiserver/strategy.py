@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import copy
 import secrets
-import string
+import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -183,8 +183,7 @@ def prepare_create(rtype: ResourceType, body: Any, namespace: str | None, now: s
 
 
 def _uid() -> str:
-    raw = "".join(secrets.choice(string.hexdigits.lower()[:16]) for _ in range(32))
-    return f"{raw[:8]}-{raw[8:12]}-4{raw[13:16]}-a{raw[17:20]}-{raw[20:]}"
+    return str(uuid.uuid4())
 
 
 def prepare_update(rtype: ResourceType, body: Any, old: dict[str, Any], subresource: str | None,
