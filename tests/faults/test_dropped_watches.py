@@ -103,3 +103,41 @@ def test_a_job_deleted_while_the_operator_could_not_watch_leaves_it(tmp_path):
         assert relisted, "the job watch resumed: the gap was not past the server's history"
         assert cluster.jobset("gone") is None
         assert count(cluster, JOBSETS) == 1
+
+
+@pytest.mark.parametrize("namespaces", [(), ("gap2",)], ids=["clusterwide", "namespaced"])
+def test_a_job_deleted_while_both_watches_lost_their_history_is_dropped_by_the_relist(
+        tmp_path, namespaces):
+    # As above, but the JobSet watch cannot resume either, so no event at all says the job
+    # went: only listing again (every relist_interval_s) shows it. Without the relist the
+    # job and its JobSet stay in the operator's caches for good.
+    crds = load_crds(bundled_crd_paths() + [ROOT / "manifests" / "crd.yaml"])
+    with ApiServer(crds=crds, bookmark_interval_s=1.0, watch_history=10) as srv:
+        cluster = _retrying(Cluster(srv, srv.write_kubeconfig(tmp_path / "kubeconfig"), "gap2"))
+        cluster.request("POST", "/api/v1/namespaces", json={
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "gap2"}})
+        op = start_operator(cluster, relist_interval_s=1.0, namespaces=namespaces)
+        try:
+            create_jobs(cluster, ["gone", "kept"], [])
+            wait_until_ended(cluster, ["gone", "kept"], [], timeout=30)
+            srv.set_faults(error_rate=1.0, verbs={"watch", "list"}, user_agent="kopf")
+            srv.restart(down_s=0.2)  # cuts the watches; they cannot come back yet
+            cluster.request("DELETE", JOBS + "/gone")  # its JobSet goes too (owner reference)
+            wait_for(lambda: cluster.jobset("gone") is None, message="garbage collection")
+            for i in range(20):  # more events of each kind than the server keeps
+                cluster.patch(JOBS + "/kept", {"metadata": {"labels": {"n": str(i)}}})
+                cluster.patch(JOBSETS + "/kept", {"metadata": {"labels": {"n": str(i)}}})
+            srv.set_faults()
+            wait_for(lambda: sorted(op.operator.jobs) == [("gap2", "kept")] and
+                     sorted(op.operator.jobsets) == [("gap2", "kept")], timeout=20,
+                     message=f"the deleted job to leave the operator ({sorted(op.operator.jobs)}"
+                             f", {sorted(op.operator.jobsets)})")
+            found = op.operator.metrics.registry.get_sample_value(
+                "tpujob_operator_relist_changes_total")
+        finally:
+            op.stop()
+        assert found and found >= 2  # the job and its JobSet: nothing else told the operator
+        # The kept job's changes came through as well, and nothing was made for the gone one.
+        assert op.operator.jobs[("gap2", "kept")]["metadata"]["labels"]["n"] == "19"
+        assert cluster.jobset("gone") is None
+        assert count(cluster, JOBSETS) == 1

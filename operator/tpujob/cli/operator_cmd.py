@@ -30,6 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="folder with tls.crt and tls.key (default %(default)s)")
     p.add_argument("--progress-interval", type=float, default=15.0, metavar="SECONDS",
                    help="how often a running job's progress is read (default %(default)s)")
+    p.add_argument("--relist-interval", type=float, default=300.0, metavar="SECONDS",
+                   help="how often jobs and JobSets are listed again, to catch changes no "
+                        "watch reported (0: never; default %(default)s)")
     p.add_argument("--workers", type=int, default=4,
                    help="jobs reconciled at the same time (default %(default)s)")
     p.add_argument("--log-format", choices=["text", "json"], default="text")
@@ -80,6 +83,7 @@ def run(args: argparse.Namespace) -> int:
         webhook=args.webhook, webhook_port=args.webhook_port,
         webhook_cert_dir=args.webhook_cert_dir, workload_policies=policies,
         progress_interval_s=args.progress_interval, workers=args.workers,
+        relist_interval_s=args.relist_interval,
         log_format=args.log_format)
     try:
         api_config = load_api_config(args.kubeconfig, args.context)

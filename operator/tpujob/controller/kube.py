@@ -93,6 +93,33 @@ class KubeApi:
                 return None
             raise
 
+    # -- listing (the periodic relist) --------------------------------------------------
+    def list_jobs(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
+        """Every TpuTrainingJob of the namespace (None: of every namespace), and the list's
+        resourceVersion."""
+        if namespace is None:
+            found = self._call("list TpuTrainingJobs", self.custom.list_cluster_custom_object,
+                               GROUP, VERSION, PLURAL)
+        else:
+            found = self._call(f"list TpuTrainingJobs in {namespace}",
+                               self.custom.list_namespaced_custom_object, GROUP, VERSION,
+                               namespace, PLURAL)
+        return found.get("items") or [], (found.get("metadata") or {}).get("resourceVersion", "")
+
+    def list_jobsets(self, namespace: str | None, selector: str
+                     ) -> tuple[list[dict[str, Any]], str]:
+        """The JobSets matching `selector` (None namespace: in every namespace), and the list's
+        resourceVersion."""
+        if namespace is None:
+            found = self._call("list JobSets", self.custom.list_cluster_custom_object,
+                               JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL,
+                               label_selector=selector)
+        else:
+            found = self._call(f"list JobSets in {namespace}",
+                               self.custom.list_namespaced_custom_object, JOBSET_GROUP,
+                               JOBSET_VERSION, namespace, JOBSET_PLURAL, label_selector=selector)
+        return found.get("items") or [], (found.get("metadata") or {}).get("resourceVersion", "")
+
     # -- JobSets -------------------------------------------------------------------------
     def get_jobset(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self._get_or_none(f"get JobSet {namespace}/{name}",

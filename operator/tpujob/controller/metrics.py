@@ -48,4 +48,6 @@ class OperatorMetrics:
                               ["reason"], registry=r)
         self.events_dropped = Counter("tpujob_operator_events_dropped", "Events dropped "
                                       "because too many were waiting to be sent.", registry=r)
+        self.relist_changes = Counter("tpujob_operator_relist_changes", "Changes a periodic "
+                                      "relist found that no watch had reported.", registry=r)
         r.register(_PhaseCollector(phases))

@@ -57,6 +57,24 @@ def _keep_newer(cache: dict[Key, dict[str, Any]], key: Key, obj: dict[str, Any])
     cache[key] = obj
 
 
+def _missed_deletion(cached: dict[str, Any], listed: dict[str, Any] | None, list_rv: str
+                     ) -> bool:
+    """Whether a cached object is gone from the server although no watch said so: it is not in
+    a list taken after the version the cache holds (or another object took its name)."""
+    if listed is not None and listed["metadata"].get("uid") == cached["metadata"].get("uid"):
+        return False
+    try:
+        return _rv(cached) is not None and _rv(cached) <= int(list_rv)
+    except (TypeError, ValueError):
+        return False  # a list version that cannot be compared: drop nothing
+
+
+def _is_news(cached: dict[str, Any] | None, listed: dict[str, Any]) -> bool:
+    if cached is None or cached["metadata"].get("uid") != listed["metadata"].get("uid"):
+        return True
+    return _rv(listed) is not None and _rv(cached) is not None and _rv(listed) > _rv(cached)
+
+
 def _jobset_view(obj: dict[str, Any]) -> dict[str, Any]:
     """The parts of a JobSet that observing it reads (identity, owner, labels, annotations,
     suspend, replica counts, status). Its pod templates, most of its size, are not kept: a
@@ -115,6 +133,7 @@ class Operator:
                                      ensure_policy=ensure_policy, read_progress=read_progress,
                                      record_event=self.events.record)
         self.queue: WorkQueue | None = None
+        self._relister: asyncio.Task | None = None
         self.health: HealthServer | None = None
         self.ready = False
         self._failures: dict[Key, int] = {}
@@ -196,6 +215,66 @@ class Operator:
         if self.queue is not None and key in self.jobs:
             self.queue.add(key)
 
+    # -- relisting ---------------------------------------------------------------------------
+    async def _relist_forever(self) -> None:
+        interval = self.settings.relist_interval_s
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.relist()
+            except (ApiUnavailable, ApiRefused) as err:
+                self.metrics.api_errors.labels(
+                    "unavailable" if isinstance(err, ApiUnavailable) else "refused").inc()
+                log.warning("relisting jobs failed: %s; trying again in %.0f s", err, interval)
+
+    async def relist(self) -> int:
+        """List jobs and JobSets again and bring the caches in line; returns how many changes
+        no watch had reported."""
+        selector = f"{names.LABEL_MANAGED_BY}={names.MANAGED_BY}"
+        found = 0
+        for ns in self.settings.namespaces or (None,):
+            jobs, jobs_rv = await asyncio.to_thread(self.kube.list_jobs, ns)
+            jobsets, jobsets_rv = await asyncio.to_thread(self.kube.list_jobsets, ns, selector)
+            found += self.apply_listing(ns, jobs, jobs_rv, jobsets, jobsets_rv)
+        if found:
+            self.metrics.relist_changes.inc(found)
+            log.info("relisting found %d change(s) no watch had reported", found)
+        return found
+
+    def apply_listing(self, namespace: str | None, jobs: list[dict[str, Any]], jobs_rv: str,
+                      jobsets: list[dict[str, Any]], jobsets_rv: str) -> int:
+        """Feed a listing to the caches as the watch events it implies: deletions for cached
+        objects the listing no longer has, changes for listed ones the caches do not have yet."""
+        changes = 0
+
+        def in_scope(key: Key) -> bool:
+            return namespace is None or key[0] == namespace
+
+        listed_jobs = {(j["metadata"].get("namespace", ""), j["metadata"].get("name", "")): j
+                       for j in jobs}
+        for key, cached in list(self.jobs.items()):
+            if in_scope(key) and _missed_deletion(cached, listed_jobs.get(key), jobs_rv):
+                self.on_job_event({"type": "DELETED", "object": cached})
+                changes += 1
+        for key, job in listed_jobs.items():
+            if _is_news(self.jobs.get(key), job):
+                self.on_job_event({"type": "MODIFIED", "object": job})
+                changes += 1
+        listed_sets = {}
+        for js in jobsets:
+            owner = (js["metadata"].get("labels") or {}).get(names.LABEL_JOB)
+            if owner:
+                listed_sets[(js["metadata"].get("namespace", ""), owner)] = js
+        for key, cached in list(self.jobsets.items()):
+            if in_scope(key) and _missed_deletion(cached, listed_sets.get(key), jobsets_rv):
+                self.on_jobset_event({"type": "DELETED", "object": cached})
+                changes += 1
+        for key, js in listed_sets.items():
+            if _is_news(self.jobsets.get(key), js):
+                self.on_jobset_event({"type": "MODIFIED", "object": js})
+                changes += 1
+        return changes
+
     # -- kopf --------------------------------------------------------------------------------
     def kopf_settings(self) -> kopf.OperatorSettings:
         ks = kopf.OperatorSettings()
@@ -235,6 +314,8 @@ class Operator:
             op.queue.start()
             for key in list(op.jobs):
                 op.queue.add(key)
+            if op.settings.relist_interval_s > 0:
+                op._relister = asyncio.create_task(op._relist_forever(), name="tpujob-relist")
             if op.settings.http_port is not None:
                 op.health = HealthServer(op, op.settings.http_host, op.settings.http_port)
                 await op.health.start()
@@ -245,6 +326,8 @@ class Operator:
         @kopf.on.cleanup(registry=registry)
         async def cleanup(**_: Any) -> None:
             op.ready = False
+            if op._relister is not None:
+                op._relister.cancel()
             if op.queue is not None:
                 await op.queue.stop()
             await asyncio.to_thread(op.events.stop)

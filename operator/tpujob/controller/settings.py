@@ -19,6 +19,10 @@ class OperatorSettings:
     workload_policies: Any = None             # tpujob.gcp settings when policies are managed
     progress_interval_s: float = 15.0         # how often a running job's progress is read
     resync_interval_s: float = 60.0           # every job is looked at again at least this often
+    # Jobs and JobSets are listed again this often (0: never), to catch what no watch reported:
+    # a watch that could not resume after a gap longer than the server's history lists again,
+    # and a list reports no deletions.
+    relist_interval_s: float = 300.0
     retry_delays_s: tuple[float, ...] = (1, 2, 5, 10, 30, 60)
     workers: int = 4                          # jobs reconciled at the same time
     progress_timeout_s: float = 2.0
