@@ -34,6 +34,7 @@ from .network import LocalNetwork
 from .objects import find_condition, format_time, is_deleting, is_pod_terminal, meta, uid
 from .podenv import ContainerConfigError, Lookup, PathMap, expand_command, resolve_env
 from .settings import ExecutorSettings
+from .spawn import popen_tied
 
 log = logging.getLogger(__name__)
 
@@ -311,9 +312,9 @@ class Kubelet:
         c.log_path = c.dir / f"{c.restart_count}.log"
         c._log_file = open(c.log_path, "ab", buffering=0)  # noqa: SIM115 - kept while running
         try:
-            c.proc = subprocess.Popen([executable, *argv[1:]], cwd=workdir, env=env,
-                                      stdin=subprocess.DEVNULL, stdout=c._log_file,
-                                      stderr=subprocess.STDOUT, start_new_session=True)
+            c.proc = popen_tied([executable, *argv[1:]], cwd=workdir, env=env,
+                                stdin=subprocess.DEVNULL, stdout=c._log_file,
+                                stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as err:
             _close_log(c)
             c.terminated = {"exitCode": 128, "reason": "StartError",
