@@ -42,7 +42,7 @@ ENTRYPOINT ["tpujob"]
 CMD ["operator"]
 
 # ---------------------------------------------------------------------------------------------
-# The trainer: JAX for TPU (jax[tpu] brings jaxlib and libtpu) and the tpujob trainer.
+# The trainer: JAX for TPU (jax[tpu] brings jaxlib and libtpu), the tpujob trainer and W&B.
 FROM ${TRAINER_IMAGE} AS trainer-build
 ARG JAX_VERSION=0.10.2
 ENV PIP_DISABLE_PIP_VERSION_CHECK=1 \
@@ -53,7 +53,7 @@ COPY pyproject.toml README.md ./
 COPY operator/ operator/
 COPY trainer/ trainer/
 RUN python -m venv /opt/tpujob \
-    && /opt/tpujob/bin/pip install --no-cache-dir "jax[tpu]==${JAX_VERSION}" ".[trainer]" \
+    && /opt/tpujob/bin/pip install --no-cache-dir "jax[tpu]==${JAX_VERSION}" ".[trainer,wandb]" \
     && /opt/tpujob/bin/pip uninstall --yes pip setuptools
 
 FROM ${TRAINER_IMAGE} AS trainer

@@ -114,7 +114,7 @@ def test_final_stages_install_nothing(target):
 def test_build_stages_install_the_extras_under_the_constraints():
     operator, trainer = STAGES["operator-build"], STAGES["trainer-build"]
     assert any('pip install --no-cache-dir ".[operator]"' in r for r in operator.all("RUN"))
-    assert any('"jax[tpu]==${JAX_VERSION}" ".[trainer]"' in r for r in trainer.all("RUN"))
+    assert any('"jax[tpu]==${JAX_VERSION}" ".[trainer,wandb]"' in r for r in trainer.all("RUN"))
     for stage, name in ((operator, "operator"), (trainer, "trainer")):
         env = " ".join(stage.all("ENV"))
         assert f"PIP_CONSTRAINT=/src/docker/constraints-{name}.txt" in env
@@ -227,7 +227,7 @@ def test_trainer_constraints_pin_everything_it_installs():
     pins = _pins("trainer")
     jax_version = next(a.partition("=")[2] for a in STAGES["trainer-build"].all("ARG")
                        if a.startswith("JAX_VERSION="))
-    roots = [*_requirements(["trainer"]), Requirement(f"jax[tpu]=={jax_version}")]
+    roots = [*_requirements(["trainer", "wandb"]), Requirement(f"jax[tpu]=={jax_version}")]
     assert _unpinned(roots, pins) == []
     assert {"jaxlib", "libtpu"} <= set(pins)
 
