@@ -7,6 +7,7 @@ import pytest
 
 from tpujob.api.status import FailureReason
 from tpujob.controller.observe import (
+    TRAINER_REASONS,
     ContainerExit,
     JobSetState,
     ProgressReading,
@@ -35,6 +36,8 @@ def trainer_says(reason: str, message: str = "details") -> str:
      FailureReason.DATA_ERROR, "DataError"),
     (ContainerExit("p", "trainer", 42, "Error", trainer_says("PeerLost")),
      FailureReason.PREEMPTED, "PeerLost"),
+    (ContainerExit("p", "trainer", 42, "Error", trainer_says("CheckpointError", "gs://b/c/10")),
+     FailureReason.CHECKPOINT_ERROR, "gs://b/c/10"),
     (ContainerExit("p", "trainer", 137, "OOMKilled"), FailureReason.OUT_OF_MEMORY, "OOMKilled"),
     (ContainerExit("p", "trainer", 143, "Error", disrupted=True), FailureReason.PREEMPTED,
      "disrupted"),
@@ -49,6 +52,11 @@ def trainer_says(reason: str, message: str = "details") -> str:
 def test_classify(exit_, reason, says):
     got, message = exit_.classify()
     assert got == reason and says in message and "pod p, container trainer" in message
+
+
+def test_every_reason_the_trainer_fails_with_has_a_status_reason():
+    from tpujob_trainer.exits import Reason
+    assert set(TRAINER_REASONS) == {r.value for r in Reason} - {Reason.COMPLETED.value}
 
 
 def test_the_specific_cause_beats_its_consequences():

@@ -50,6 +50,7 @@ def test_exit_codes_follow_the_jobset_convention():
     assert RETRY_EXIT_CODE == 42
     assert EXIT_CODES[Reason.COMPLETED] == 0 and EXIT_CODES[Reason.DATA_EXHAUSTED] == 0
     assert is_retryable(Reason.PREEMPTED) and is_retryable(Reason.PEER_LOST)
+    assert is_retryable(Reason.CHECKPOINT_ERROR)  # storage trouble: resume from the last good one
     fatal = [Reason.CONFIG_ERROR, Reason.OUT_OF_MEMORY, Reason.DATA_ERROR, Reason.NAN_LOSS,
              Reason.MESH_MISMATCH, Reason.INTERNAL_ERROR]
     codes = [EXIT_CODES[r] for r in fatal]

@@ -97,6 +97,10 @@ def main() -> None:
         from tpujob_trainer import distributed
         distributed.announce_failure(reason, message)
         os._exit(code)
+    if reason is Reason.CHECKPOINT_ERROR:
+        # Orbax's save threads may still be stuck on storage, and the interpreter would wait for
+        # them before exiting.
+        os._exit(code)
     if "tpujob_trainer.distributed" in sys.modules:
         sys.modules["tpujob_trainer.distributed"].stop_watching()
     sys.exit(code)

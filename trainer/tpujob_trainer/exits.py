@@ -19,6 +19,7 @@ class Reason(str, enum.Enum):
     DATA_EXHAUSTED = "DataExhausted"     # clean stop: data ran out with data.on_exhausted=stop
     PREEMPTED = "Preempted"              # SIGTERM: checkpointed, restart me
     PEER_LOST = "PeerLost"               # another process vanished: restart the set
+    CHECKPOINT_ERROR = "CheckpointError"  # a save failed or timed out: resume from the last good one
     CONFIG_ERROR = "ConfigError"
     OUT_OF_MEMORY = "OutOfMemory"
     DATA_ERROR = "DataError"
@@ -34,6 +35,7 @@ EXIT_CODES: dict[Reason, int] = {
     Reason.DATA_EXHAUSTED: 0,
     Reason.PREEMPTED: RETRY_EXIT_CODE,
     Reason.PEER_LOST: RETRY_EXIT_CODE,
+    Reason.CHECKPOINT_ERROR: RETRY_EXIT_CODE,
     Reason.INTERNAL_ERROR: 1,
     Reason.CONFIG_ERROR: 3,
     Reason.OUT_OF_MEMORY: 4,

@@ -108,6 +108,9 @@ def train(cfg: TrainerConfig, penv: ProcessEnv, *, stop: StopSignal | None = Non
     except TrainerExit:
         raise
     except Exception as e:
+        from tpujob_trainer.checkpoint import CheckpointSaveError
+        if isinstance(e, CheckpointSaveError):
+            raise TrainerExit(Reason.CHECKPOINT_ERROR, str(e)) from e
         reason = _classify(e)
         if reason is None:
             raise
@@ -276,6 +279,8 @@ def _run_steps(cfg, compiled, state, step, data, checkpointer, stop, log, progre
                 raise TrainerExit(Reason.DATA_ERROR, str(e)) from e
             state, metrics = compiled(state, to_global(local, int(stop.requested)))
             step += 1
+            if checkpointer is not None:
+                checkpointer.check()  # a background save that failed or is late ends the run
             stop_now = False
             if pending is not None:
                 stop_now = read(*pending)

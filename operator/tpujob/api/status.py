@@ -63,6 +63,7 @@ class FailureReason(StrEnum):
     DATA_ERROR = "DataError"
     MESH_MISMATCH = "MeshMismatch"
     NAN_LOSS = "NaNLoss"
+    CHECKPOINT_ERROR = "CheckpointError"
     STALLED = "Stalled"
     RESTART_LIMIT_EXCEEDED = "RestartLimitExceeded"
     CONFLICT = "Conflict"

@@ -34,6 +34,7 @@ TRAINER_REASONS = {
     "MeshMismatch": FailureReason.MESH_MISMATCH,
     "Preempted": FailureReason.PREEMPTED,
     "PeerLost": FailureReason.PREEMPTED,
+    "CheckpointError": FailureReason.CHECKPOINT_ERROR,
     "InternalError": FailureReason.ERROR,
 }
 # Less specific causes rank lower: a host that died of OOM explains its peers' lost-peer exits.

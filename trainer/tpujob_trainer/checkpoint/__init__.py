@@ -5,13 +5,19 @@ process writing its own shards), `data/metadata` (the data position, JSON), `_CH
 and on GCS `commit_success.txt`. A step is *complete* when all of those exist and the JSON parses;
 `latest_step()` and `restore()` skip anything else, and `restore()` also falls back past a
 complete-looking step whose arrays cannot be read.
+
+Writing is bounded: a save must be complete on storage within `checkpoint.save_timeout_s` of its
+start, or it raises `CheckpointSaveError` (storage that answers errors or nothing at all would
+otherwise hold the run in Orbax's retries, or forever in a wait).
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import fsspec
@@ -30,6 +36,12 @@ _REQUIRED = ("_CHECKPOINT_METADATA", f"{STATE}/_METADATA", f"{DATA}/metadata")
 
 class CheckpointError(Exception):
     """No usable checkpoint where one was asked for, or a state that cannot be saved."""
+
+
+class CheckpointSaveError(CheckpointError):
+    """A save that failed on storage or did not finish within `checkpoint.save_timeout_s`; the
+    step it wrote is incomplete and is skipped on the next start. Once raised, the checkpointer
+    writes nothing more and `close()` no longer waits."""
 
 
 def _is_remote(directory: str) -> bool:
@@ -129,12 +141,14 @@ class Checkpointer:
     def __init__(self, cfg: CheckpointConfig, directory: str):
         self.cfg, self.directory = cfg, directory.rstrip("/")
         self._dirs = StepDirs(self.directory)
-        self._pending = False
+        self._pending: _PendingSave | None = None
+        self._broken = False
         self._last_saved: int | None = None
         self.last_save_blocking_s: float | None = None
         options = ocp.CheckpointManagerOptions(
             max_to_keep=cfg.keep, save_interval_steps=1 if cfg.enabled else 0, create=cfg.enabled,
-            enable_async_checkpointing=cfg.async_save, read_only=not cfg.enabled)
+            enable_async_checkpointing=cfg.async_save, read_only=not cfg.enabled,
+            async_options=ocp.AsyncOptions(timeout_secs=cfg.save_timeout_s))
         self._manager = ocp.CheckpointManager(
             self.directory, options=options, item_names=(STATE, DATA))
 
@@ -202,13 +216,15 @@ class Checkpointer:
     # -- writing ---------------------------------------------------------------------------
 
     def should_save(self, step: int, *, force: bool = False) -> bool:
-        return (self.cfg.enabled and step != self._last_saved
+        return (self.cfg.enabled and not self._broken and step != self._last_saved
                 and (force or step % self.cfg.every == 0))
 
     def save(self, step: int, state, data_state: dict, *, force: bool = False) -> bool:
         """Save at multiples of `every` (or any step with force); False if nothing was saved.
 
-        Every leaf of `state` must be a global jax.Array (put scalars on the mesh first).
+        Every leaf of `state` must be a global jax.Array (put scalars on the mesh first). Raises
+        CheckpointSaveError when this save, or the previous one still pending, fails or runs
+        past `checkpoint.save_timeout_s`.
         """
         if not self.should_save(step, force=force):
             return False
@@ -217,23 +233,69 @@ class Checkpointer:
             raise CheckpointError(
                 "every leaf of the saved state must be a jax.Array placed on the mesh; these are "
                 f"not: {', '.join(bad[:5])}{' ...' if len(bad) > 5 else ''}")
-        if step in self._manager.all_steps():
-            if self._dirs.why_incomplete(step) is None:
-                self._last_saved = step
-                return False  # already saved (e.g. resumed from it and saving again at the end)
-        self._clear_leftover(step)
         data_json = json.loads(json.dumps(data_state))  # fail here, not in the background
         t0 = time.perf_counter()
-        saved = self._manager.save(step, args=ocp.args.Composite(**{
-            STATE: ocp.args.StandardSave(state), DATA: ocp.args.JsonSave(data_json)}), force=True)
+        self.wait()
+        pending = _PendingSave(step, time.monotonic() + self.cfg.save_timeout_s)
+        started = self._bounded(pending, "starting the save",
+                                lambda: self._start_save(step, state, data_json))
         self.last_save_blocking_s = time.perf_counter() - t0
-        if saved:
-            self._last_saved, self._pending = step, True
-            log.info("checkpoint step %d: save started, blocked %.3fs", step,
-                     self.last_save_blocking_s)
-        if not self.cfg.async_save:
-            self.wait()
-        return bool(saved)
+        self._last_saved = step
+        if not started:
+            return False  # already saved (e.g. resumed from it and saving again at the end)
+        log.info("checkpoint step %d: save started, blocked %.3fs", step, self.last_save_blocking_s)
+        if self.cfg.async_save:
+            # A thread of our own waits for Orbax's background part, so that check() can tell
+            # between steps, without blocking, whether the save failed or is late.
+            pending.waiter = threading.Thread(
+                target=pending.capture, args=(self._manager.wait_until_finished,),
+                name=f"tpujob-checkpoint-wait-{step}", daemon=True)
+            pending.waiter.start()
+            self._pending = pending
+        return True
+
+    def _start_save(self, step: int, state, data_json: dict) -> bool:
+        if step in self._manager.all_steps() and self._dirs.why_incomplete(step) is None:
+            return False
+        self._clear_leftover(step)
+        return bool(self._manager.save(step, args=ocp.args.Composite(**{
+            STATE: ocp.args.StandardSave(state), DATA: ocp.args.JsonSave(data_json)}), force=True))
+
+    def _bounded(self, pending: _PendingSave, what: str, fn: Callable[[], Any]) -> Any:
+        """fn() in a helper thread, given until the save's deadline (storage calls can block in
+        retries far longer, or for good)."""
+        worker = threading.Thread(target=pending.capture, args=(fn,), daemon=True,
+                                  name=f"tpujob-checkpoint-save-{pending.step}")
+        worker.start()
+        worker.join(max(pending.deadline - time.monotonic(), 0.0))
+        if worker.is_alive() or pending.error is not None:
+            self._fail(pending, what, late=worker.is_alive())
+        return pending.value
+
+    def _fail(self, pending: _PendingSave, what: str, *, late: bool) -> None:
+        self._broken, self._pending = True, None
+        where = f"{self.directory}/{pending.step}"
+        if late:
+            why = (f"{what} did not finish within checkpoint.save_timeout_s="
+                   f"{self.cfg.save_timeout_s}s (storage unreachable, failing, or too slow)")
+        else:
+            e = pending.error
+            why = f"{what} failed: {type(e).__name__}: {(str(e).splitlines() or [''])[0][:500]}"
+        raise CheckpointSaveError(
+            f"checkpoint {where} could not be saved: {why}; a restart resumes from the last "
+            "complete checkpoint") from pending.error
+
+    def check(self) -> None:
+        """Raise CheckpointSaveError if the pending save has failed or is past its deadline;
+        never blocks (called between steps)."""
+        p = self._pending
+        if p is None or p.waiter is None:
+            return
+        if p.waiter.is_alive():
+            if time.monotonic() > p.deadline:
+                self._fail(p, "writing it in the background", late=True)
+        elif p.error is not None:
+            self._fail(p, "writing it in the background", late=False)
 
     def _clear_leftover(self, step: int) -> None:
         """A folder for `step` left by an interrupted save would collide with the new one."""
@@ -252,17 +314,41 @@ class Checkpointer:
         self._manager.reload()
 
     def wait(self) -> None:
-        """Block until the pending save (if any) is complete on storage; free when none is."""
-        if self._pending:
-            t0 = time.perf_counter()
-            self._manager.wait_until_finished()
-            self._pending = False
-            log.info("checkpoint: pending save finished after waiting %.3fs",
-                     time.perf_counter() - t0)
+        """Block until the pending save (if any) is complete on storage, at most until its
+        deadline; free when none is."""
+        p = self._pending
+        if p is None:
+            return
+        t0 = time.perf_counter()
+        p.waiter.join(max(p.deadline - time.monotonic(), 0.0))
+        self.check()
+        if p.waiter.is_alive():  # check() saw the deadline a moment too early
+            self._fail(p, "writing it in the background", late=True)
+        self._pending = None
+        log.info("checkpoint: pending save finished after waiting %.3fs",
+                 time.perf_counter() - t0)
 
     def close(self) -> None:
+        if self._broken:
+            return  # Orbax's threads may be stuck on storage: waiting for them would hang
         self.wait()
         self._manager.close()
+
+
+class _PendingSave:
+    """One save: its step, deadline, and the outcome of the call run for it in a thread."""
+
+    def __init__(self, step: int, deadline: float):
+        self.step, self.deadline = step, deadline
+        self.waiter: threading.Thread | None = None
+        self.value: Any = None
+        self.error: BaseException | None = None
+
+    def capture(self, fn: Callable[[], Any]) -> None:
+        try:
+            self.value = fn()
+        except BaseException as e:  # handed to the caller's thread
+            self.error = e
 
 
 def restore_params(directory: str, abstract_params, *, step: int | None = None,
@@ -295,4 +381,5 @@ def restore_params(directory: str, abstract_params, *, step: int | None = None,
     return restored[STATE][key], step
 
 
-__all__ = ["CheckpointConfig", "CheckpointError", "Checkpointer", "restore_params"]
+__all__ = ["CheckpointConfig", "CheckpointError", "CheckpointSaveError", "Checkpointer",
+           "restore_params"]

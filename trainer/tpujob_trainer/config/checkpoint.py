@@ -15,6 +15,12 @@ class CheckpointConfig(BaseModel):
     keep: int = Field(3, ge=1, description="Keep the last K complete checkpoints; older ones are deleted.")
     async_save: bool = Field(
         True, description="Write in the background: save() blocks only to copy arrays off the device.")
+    save_timeout_s: int = Field(
+        1200, ge=1,
+        description="Seconds a save may take from its start until it is complete on storage (the "
+        "background part of an async save included). A save that fails or takes longer stops the "
+        "run with CheckpointError (exit 42, retried); the restarted run resumes from the last "
+        "complete checkpoint and skips the unfinished one.")
     resume: bool = Field(True, description="On start, resume from the newest complete checkpoint in the output.")
     init_params_from: str | None = Field(
         None,
