@@ -12,6 +12,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
+from tpujob_trainer.checkpoint import StepDirs
+
 REPO = Path(__file__).resolve().parents[2]
 TINY_YAML = REPO / "trainer" / "configs" / "tiny.yaml"
 
@@ -163,3 +167,49 @@ def free_port(host: str = "127.0.0.1") -> int:
     with socket.socket() as s:
         s.bind((host, 0))
         return s.getsockname()[1]
+
+
+def wait_until_complete(directory: str, step: int, timeout: float = 60) -> None:
+    """Until checkpoint `step` in `directory` is complete (read straight from storage)."""
+    dirs = StepDirs(directory)
+    deadline = time.monotonic() + timeout
+    while step not in dirs.complete_steps(quiet=True):
+        assert time.monotonic() < deadline, f"checkpoint {step} never completed in {directory}"
+        time.sleep(0.2)
+
+
+def process_env(process_id: int, port: int, *, processes: int = 2, devices: int = 4,
+                init_timeout_s: int = 60) -> dict[str, str]:
+    """The TPUJOB_* variables of one process of a multi-process job on 127.0.0.1:`port`."""
+    return {"TPUJOB_COORDINATOR_ADDRESS": f"127.0.0.1:{port}",
+            "TPUJOB_PROCESS_ID": str(process_id), "TPUJOB_PROCESS_COUNT": str(processes),
+            "TPUJOB_EXPECTED_DEVICES": str(processes * devices),
+            "TPUJOB_CPU_DEVICES": str(devices), "TPUJOB_INIT_TIMEOUT_S": str(init_timeout_s)}
+
+
+def run_two_processes(args: list[str], tmp_path: Path, *,
+                      timeout: float = 240) -> list[tuple[int, str, str, dict | None]]:
+    """Both processes of a 2 x 4-device job to their end: (exit code, stdout, stderr,
+    termination message) each. On timeout both are killed and the test fails with what they
+    printed (a hang must fail, not block)."""
+    port = free_port()
+    procs = []
+    for pid in range(2):
+        env = clean_env(**process_env(pid, port),
+                        TPUJOB_TERMINATION_LOG=str(tmp_path / f"term{pid}"))
+        procs.append(subprocess.Popen(cli_command(*args), env=env, cwd=tmp_path,
+                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    deadline = time.monotonic() + timeout
+    outs = []
+    try:
+        for p in procs:
+            outs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic())))
+    except subprocess.TimeoutExpired:
+        for p in procs:
+            p.kill()
+        tails = [p.communicate()[1][-2000:] for p in procs]
+        pytest.fail(f"2-process run did not finish within {timeout}s; stderr tails:\n"
+                    + "\n---\n".join(tails))
+    terms = [tmp_path / f"term{pid}" for pid in range(2)]
+    return [(p.returncode, out, err, json.loads(t.read_text()) if t.exists() else None)
+            for p, (out, err), t in zip(procs, outs, terms, strict=True)]

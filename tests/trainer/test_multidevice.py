@@ -4,21 +4,12 @@ processes x 4 devices wired with jax.distributed on 127.0.0.1 - all through the 
 
 from __future__ import annotations
 
-import json
-import subprocess
 import time
 
 import numpy as np
 import pytest
 
-from tests.trainer.helpers import (
-    TINY_YAML,
-    clean_env,
-    cli_command,
-    free_port,
-    parse_events,
-    run_cli,
-)
+from tests.trainer.helpers import TINY_YAML, parse_events, run_cli, run_two_processes
 from tpujob_trainer.checkpoint import StepDirs
 
 pytestmark = pytest.mark.integration
@@ -40,34 +31,6 @@ def test_one_device_and_eight_device_mesh_agree(tmp_path):
     assert one.returncode == 0 and eight.returncode == 0, eight.stderr
     assert eight.of("start")[0]["mesh"] == {"data": 2, "fsdp": 2, "context": 1, "tensor": 2, "expert": 1}
     assert losses(eight) == pytest.approx(losses(one), rel=2e-4)
-
-
-def run_two_processes(args: list[str], tmp_path, *, timeout: float = 240) -> list[tuple[int, str, str, dict | None]]:
-    """Both processes of a 2 x 4-device job; on timeout both are killed and the test fails with
-    what they printed (a hang must fail, not block)."""
-    port = free_port()
-    procs = []
-    for pid in range(2):
-        env = clean_env(TPUJOB_COORDINATOR_ADDRESS=f"127.0.0.1:{port}", TPUJOB_PROCESS_ID=str(pid),
-                        TPUJOB_PROCESS_COUNT="2", TPUJOB_EXPECTED_DEVICES="8",
-                        TPUJOB_CPU_DEVICES="4", TPUJOB_INIT_TIMEOUT_S="60",
-                        TPUJOB_TERMINATION_LOG=str(tmp_path / f"term{pid}"))
-        procs.append(subprocess.Popen(cli_command(*args), env=env, cwd=tmp_path,
-                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
-    deadline = time.monotonic() + timeout
-    outs = []
-    try:
-        for p in procs:
-            outs.append(p.communicate(timeout=max(1.0, deadline - time.monotonic())))
-    except subprocess.TimeoutExpired:
-        for p in procs:
-            p.kill()
-        tails = [p.communicate()[1][-2000:] for p in procs]
-        pytest.fail(f"2-process run did not finish within {timeout}s; stderr tails:\n"
-                    + "\n---\n".join(tails))
-    terms = [tmp_path / f"term{pid}" for pid in range(2)]
-    return [(p.returncode, out, err, json.loads(t.read_text()) if t.exists() else None)
-            for p, (out, err), t in zip(procs, outs, terms, strict=True)]
 
 
 @pytest.mark.slow

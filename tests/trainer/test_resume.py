@@ -5,11 +5,10 @@ continues from that checkpoint."""
 from __future__ import annotations
 
 import signal
-import time
 
 import pytest
 
-from tests.trainer.helpers import TINY_YAML, LiveRun, run_cli
+from tests.trainer.helpers import TINY_YAML, LiveRun, run_cli, wait_until_complete
 from tpujob_trainer.checkpoint import StepDirs
 
 pytestmark = pytest.mark.integration
@@ -20,14 +19,6 @@ COMMON = ["--config", str(TINY_YAML), "metrics.port=null", "metrics.measure_peak
 
 def losses(run) -> dict[int, float]:
     return {s["step"]: s["loss"] for s in run.steps}
-
-
-def wait_until_complete(directory: str, step: int, timeout: float = 60) -> None:
-    dirs = StepDirs(directory)
-    deadline = time.monotonic() + timeout
-    while step not in dirs.complete_steps(quiet=True):
-        assert time.monotonic() < deadline, f"checkpoint {step} never completed in {directory}"
-        time.sleep(0.2)
 
 
 @pytest.mark.slow

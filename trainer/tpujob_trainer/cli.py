@@ -67,7 +67,7 @@ def _run(argv: list[str] | None) -> _Ending:
 
     try:
         distributed.initialize(penv)
-        distributed.watch_for_failures()
+        distributed.watch_for_failures(penv)
         distributed.check_topology(penv)
         outcome = train(cfg, penv)
         return _finish(outcome.reason, outcome.message)

@@ -2,23 +2,27 @@
 check that the processes and devices are the ones the job expects (the "only worker 0 started"
 failure: a 4-host slice where one host runs alone sees a quarter of the chips and trains ~8x
 slower instead of failing). Also: a process that fails alone tells the others, which stop at once
-instead of waiting in a collective until JAX's heartbeat timeout (100 s) notices it is gone."""
+instead of waiting in a collective until JAX's heartbeat timeout (100 s) notices it is gone; one
+that dies without a word is noticed through the lifeline (lifeline.py)."""
 
 from __future__ import annotations
 
 import json
 import os
+import socket
 import sys
 import threading
 import time
 
 import jax
 
+from tpujob_trainer import env as envvars
 from tpujob_trainer.env import ProcessEnv
 from tpujob_trainer.exits import EXIT_CODES, Reason, TrainerExit, write_termination_message
+from tpujob_trainer.lifeline import Lifeline
 
 # JAX aborts the process (SIGABRT) when its own connect timeout passes; a watchdog that fires
-# first turns a missing peer into the MeshMismatch exit instead.
+# first turns a job that did not assemble into the contract's exit instead.
 _JAX_TIMEOUT_MARGIN_S = 30
 
 
@@ -33,14 +37,10 @@ def initialize(penv: ProcessEnv) -> None:
     configure_devices(penv)
     if not penv.is_multiprocess:
         return
-    message = (f"process {penv.process_id} of {penv.process_count} could not join the "
-               f"coordinator at {penv.coordinator_address} within {penv.init_timeout_s}s: not "
-               "every process of the job started, or the coordinator is unreachable")
+    reason = _join_failure_reason(penv)
 
     def give_up() -> None:
-        write_termination_message(Reason.MESH_MISMATCH, message)
-        print(f"tpujob-train: {Reason.MESH_MISMATCH.value}: {message}", file=sys.stderr, flush=True)
-        os._exit(EXIT_CODES[Reason.MESH_MISMATCH])
+        _leave(reason, _describe_join_failure(penv))
 
     watchdog = threading.Timer(penv.init_timeout_s, give_up)
     watchdog.daemon = True
@@ -53,9 +53,51 @@ def initialize(penv: ProcessEnv) -> None:
             initialization_timeout=penv.init_timeout_s + _JAX_TIMEOUT_MARGIN_S)
     except Exception as e:  # JAX raises several types; all mean "the job did not assemble"
         first = str(e).splitlines()[0] if str(e) else ""
-        raise TrainerExit(Reason.MESH_MISMATCH, f"{message} ({type(e).__name__}: {first})") from e
+        raise TrainerExit(reason, f"{_describe_join_failure(penv)} ({type(e).__name__}: {first})") from e
     finally:
         watchdog.cancel()
+
+
+def _join_failure_reason(penv: ProcessEnv) -> Reason:
+    """Process 0 hosts the coordinator: when the job does not assemble there, a process of the
+    job is missing (MeshMismatch, fatal). Any other process that cannot join has usually come up
+    before process 0, or outlived it: PeerLost, retried (a wrong address fails the same way on
+    every restart, up to the job's restart limit, each time with the message saying so)."""
+    return Reason.MESH_MISMATCH if penv.process_id == 0 else Reason.PEER_LOST
+
+
+def _describe_join_failure(penv: ProcessEnv) -> str:
+    who = f"process {penv.process_id} of {penv.process_count}"
+    within = f"within {penv.init_timeout_s}s ({envvars.INIT_TIMEOUT_S})"
+    if penv.process_id == 0:
+        return (f"{who} (the coordinator, at {penv.coordinator_address}) could not join the "
+                f"other processes {within}: not every process of the job started, or the others "
+                "cannot reach this address")
+    return (f"{who} could not join the job through the coordinator (process 0) at "
+            f"{penv.coordinator_address} {within}: {_probe(penv.coordinator_address)}. Check "
+            f"that process 0 is running and that {envvars.COORDINATOR_ADDRESS} is its host and "
+            "port. Exiting to be restarted, since process 0 is usually still starting or has just "
+            "restarted")
+
+
+def _probe(address: str) -> str:
+    """What answers at `address` now, in words (a TCP connect, nothing more)."""
+    host, port = address.rsplit(":", 1)
+    try:
+        with socket.create_connection((host.strip("[]"), int(port)), timeout=2):
+            return (f"something at {address} accepts connections, but the job did not assemble "
+                    "(a process of the job is missing, or what listens there is not the JAX "
+                    "coordinator)")
+    except OSError as e:
+        return f"nothing answers at {address} ({e.strerror or type(e).__name__})"
+
+
+def _leave(reason: Reason, message: str) -> None:
+    """Exit now with `reason`, from any thread (the main one may be blocked in JAX)."""
+    write_termination_message(reason, message)
+    print(f"tpujob-train: {reason.value}: {message}", file=sys.stderr, flush=True)
+    sys.stdout.flush()
+    os._exit(EXIT_CODES[reason])
 
 
 # Each process's watcher waits on its own key; a failing process writes every other process's
@@ -66,6 +108,7 @@ _DONE = "done"
 _WATCH_INTERVAL_MS = 60_000
 _stopping = threading.Event()
 _watcher: threading.Thread | None = None
+_lifeline: Lifeline | None = None
 
 
 def _client():
@@ -95,10 +138,11 @@ def announce_failure(reason: Reason, message: str) -> None:
         time.sleep(1.0)
 
 
-def watch_for_failures() -> None:
-    """Exit with PeerLost as soon as another process announces a failure: one pending blocking
-    get per process on the coordination service, until `stop_watching()`."""
-    global _watcher
+def watch_for_failures(penv: ProcessEnv) -> None:
+    """Exit with PeerLost as soon as another process announces a failure (one pending blocking
+    get per process on the coordination service) or dies without a word (its lifeline closes),
+    until `stop_watching()`."""
+    global _watcher, _lifeline
     client = _client()
     if client is None:
         return
@@ -113,21 +157,56 @@ def watch_for_failures() -> None:
                 continue
             if value == _DONE or _stopping.is_set():
                 return
-            failed = json.loads(value)
-            message = (f"process {failed['process']} failed ({failed['reason']}: "
-                       f"{failed['message']}); stopping with it")
-            write_termination_message(Reason.PEER_LOST, message)
-            print(f"tpujob-train: {Reason.PEER_LOST.value}: {message}", file=sys.stderr, flush=True)
-            sys.stdout.flush()
-            os._exit(EXIT_CODES[Reason.PEER_LOST])
+            _leave(Reason.PEER_LOST, _news_text(value))
 
     _watcher = threading.Thread(target=watch, name="tpujob-peer-failures", daemon=True)
     _watcher.start()
+    _lifeline = Lifeline.start(
+        client, process_id=penv.process_id, coordinator_address=penv.coordinator_address,
+        bind_address=penv.bind_address, on_lost=_peer_vanished)
+
+
+def _news_text(value: str) -> str:
+    news = json.loads(value)
+    if "text" in news:
+        return news["text"]
+    return f"process {news['process']} failed ({news['reason']}: {news['message']}); stopping with it"
+
+
+def _peer_vanished(process: int) -> None:
+    """`process`'s lifeline closed without a goodbye: it died without a word."""
+    if _stopping.is_set():
+        return  # this process is leaving with a reason of its own
+    client, me = _client(), jax.process_index()
+    if process != 0:
+        # A process failing with a reason posts it before it leaves: the watcher reports that.
+        try:
+            if client.key_value_try_get(_NEWS_KEY.format(me)) != _DONE:
+                return
+        except Exception:  # no news
+            pass
+    coordinator = " (the coordinator)" if process == 0 else ""
+    message = (f"process {process}{coordinator} vanished without a reason: its connection to "
+               f"process {me} closed (killed, e.g. by SIGKILL or the OOM killer, crashed, or its "
+               "host went away); stopping with it")
+    if me == 0:
+        # The others wait in a collective for the dead process: tell them (they would otherwise
+        # learn it only when this process, and the coordination service with it, is gone).
+        relay = json.dumps({"process": process, "text": message})
+        for p in range(jax.process_count()):
+            if p not in (me, process):
+                try:
+                    client.key_value_set(_NEWS_KEY.format(p), relay, allow_overwrite=True)
+                except Exception:
+                    break
+    _leave(Reason.PEER_LOST, message)
 
 
 def stop_watching(timeout_s: float = 10.0) -> None:
-    """Release this process's watcher (normal end); wait briefly for it to return."""
+    """Release this process's watcher and lifeline (normal end); wait briefly for the watcher."""
     _stopping.set()
+    if _lifeline is not None:
+        _lifeline.close()
     client = _client()
     if _watcher is None or client is None:
         return
