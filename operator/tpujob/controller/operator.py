@@ -57,6 +57,14 @@ def _keep_newer(cache: dict[Key, dict[str, Any]], key: Key, obj: dict[str, Any])
     cache[key] = obj
 
 
+def _is_echo(cache: dict[Key, dict[str, Any]], key: Key, obj: dict[str, Any]) -> bool:
+    """Whether the cache already holds this very version of the object: the watch event of a
+    write the operator made itself (its reply went into the cache), with nothing new in it."""
+    old = cache.get(key)
+    return old is not None and _rv(obj) is not None and _rv(old) == _rv(obj) and \
+        old["metadata"].get("uid") == obj["metadata"].get("uid")
+
+
 def _missed_deletion(cached: dict[str, Any], listed: dict[str, Any] | None, list_rv: str
                      ) -> bool:
     """Whether a cached object is gone from the server although no watch said so: it is not in
@@ -195,6 +203,8 @@ class Operator:
             if self.queue is not None:
                 self.queue.forget(key)
             return
+        if _is_echo(self.jobs, key, obj):
+            return  # its own status write coming back: nothing to look at again
         # Kept as kopf handed it: each event is parsed afresh and nothing changes it afterwards.
         _keep_newer(self.jobs, key, obj)
         if self.queue is not None:
@@ -210,6 +220,8 @@ class Operator:
         if event.get("type") == "DELETED":
             if (self.jobsets.get(key) or {}).get("metadata", {}).get("uid") == meta.get("uid"):
                 self.jobsets.pop(key, None)
+        elif _is_echo(self.jobsets, key, obj):
+            return  # the JobSet the operator created (or changed) coming back as it was
         else:
             _keep_newer(self.jobsets, key, _jobset_view(obj))
         if self.queue is not None and key in self.jobs:
