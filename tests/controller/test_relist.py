@@ -75,3 +75,28 @@ def test_jobsets_are_dropped_and_taken_by_their_job():
     stray["metadata"]["labels"] = {}
     assert op.apply_listing("a", [_job("j", 5), _job("k", 5)], "10", [stray], "10") == 1
     assert op.jobsets == {}
+
+
+class _Queue:
+    def __init__(self) -> None:
+        self.added: list = []
+
+    def add(self, key) -> None:
+        self.added.append(key)
+
+    def forget(self, key) -> None:
+        pass
+
+
+def test_an_echo_of_the_operators_own_write_is_not_queued_again():
+    op = _operator()
+    op.queue = _Queue()
+    op.on_job_event({"type": "ADDED", "object": _job("j", 5)})
+    op.jobs[("a", "j")] = _job("j", 6)  # the reply of the operator's status write
+    op.on_job_event({"type": "MODIFIED", "object": _job("j", 6)})  # ...its watch event
+    op.on_job_event({"type": "MODIFIED", "object": _job("j", 7)})  # someone else's change
+    assert op.queue.added == [("a", "j"), ("a", "j")]
+    op.jobsets[("a", "j")] = _jobset("j", 8)  # the JobSet as created
+    op.on_jobset_event({"type": "ADDED", "object": _jobset("j", 8)})
+    op.on_jobset_event({"type": "MODIFIED", "object": _jobset("j", 9)})  # its status moved
+    assert op.queue.added == [("a", "j")] * 3
