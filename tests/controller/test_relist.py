@@ -100,3 +100,13 @@ def test_an_echo_of_the_operators_own_write_is_not_queued_again():
     op.on_jobset_event({"type": "ADDED", "object": _jobset("j", 8)})
     op.on_jobset_event({"type": "MODIFIED", "object": _jobset("j", 9)})  # its status moved
     assert op.queue.added == [("a", "j")] * 3
+
+
+def test_cached_jobs_leave_out_managed_fields():
+    job = _job("j", 5)
+    job["metadata"]["managedFields"] = [{"manager": "kubectl", "fieldsV1": {"f:spec": {}}}]
+    job["spec"] = {"slice": "v6e-16"}
+    op = _operator(jobs=[job])
+    cached = op.jobs[("a", "j")]
+    assert "managedFields" not in cached["metadata"] and cached["spec"] == {"slice": "v6e-16"}
+    assert "managedFields" in job["metadata"]  # the event's own object is left as it was

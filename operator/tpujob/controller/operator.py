@@ -83,6 +83,15 @@ def _is_news(cached: dict[str, Any] | None, listed: dict[str, Any]) -> bool:
     return _rv(listed) is not None and _rv(cached) is not None and _rv(listed) > _rv(cached)
 
 
+def _job_view(obj: dict[str, Any]) -> dict[str, Any]:
+    """The job as the reconciler reads it: all of it but metadata.managedFields (which a real
+    API server adds to every object and nothing here reads)."""
+    meta = obj.get("metadata") or {}
+    if "managedFields" not in meta:
+        return obj
+    return {**obj, "metadata": {k: v for k, v in meta.items() if k != "managedFields"}}
+
+
 def _jobset_view(obj: dict[str, Any]) -> dict[str, Any]:
     """The parts of a JobSet that observing it reads (identity, owner, labels, annotations,
     suspend, replica counts, status). Its pod templates, most of its size, are not kept: a
@@ -177,7 +186,7 @@ class Operator:
             self.on_job_event({"type": "DELETED", "object": current})
             return None
         if outcome.job is not None:
-            _keep_newer(self.jobs, key, outcome.job)
+            _keep_newer(self.jobs, key, _job_view(outcome.job))
         if outcome.jobset is not None:
             _keep_newer(self.jobsets, key, _jobset_view(outcome.jobset))
         return outcome.requeue_after
@@ -205,8 +214,9 @@ class Operator:
             return
         if _is_echo(self.jobs, key, obj):
             return  # its own status write coming back: nothing to look at again
-        # Kept as kopf handed it: each event is parsed afresh and nothing changes it afterwards.
-        _keep_newer(self.jobs, key, obj)
+        # Kept as kopf handed it (less managedFields): each event is parsed afresh and nothing
+        # changes it afterwards.
+        _keep_newer(self.jobs, key, _job_view(obj))
         if self.queue is not None:
             self.queue.add(key)
 
