@@ -4,6 +4,7 @@ request the operator sends is one its RBAC rules (permissions.py) grant."""
 from __future__ import annotations
 
 import secrets
+import time
 
 import pytest
 
@@ -76,3 +77,18 @@ def test_every_operator_request_is_granted_by_its_rbac_rules(fresh):
                         if not allowed(*rule, cluster_wide=False) and rule[1] not in
                         ("customresourcedefinitions", "namespaces"))
     assert namespaced == []
+
+
+def test_a_namespaced_operator_asks_for_nothing_outside_its_namespace(fresh):
+    op = start_operator(fresh, namespaces=(fresh.namespace,), relist_interval_s=0.5)
+    try:
+        fresh.create_job("ns-ok")
+        fresh.wait_phase("ns-ok", "Starting")
+        time.sleep(1.0)  # a relist or two as well
+    finally:
+        op.stop()
+    requests = [r for r in _operator_requests(fresh) if r.is_resource]
+    outside = sorted({(r.rule, r.path) for r in requests
+                      if not allowed(*r.rule, cluster_wide=False)
+                      or f"/namespaces/{fresh.namespace}/" not in r.path})
+    assert requests and outside == []
