@@ -17,7 +17,13 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from tpujob_trainer.checkpoint import CheckpointError, Checkpointer, restore_params
+import tpujob_trainer.checkpoint as checkpoint_module
+from tpujob_trainer.checkpoint import (
+    Checkpointer,
+    CheckpointError,
+    CheckpointReadError,
+    restore_params,
+)
 from tpujob_trainer.config.checkpoint import CheckpointConfig
 
 REPO = Path(__file__).resolve().parents[2]
@@ -113,8 +119,57 @@ def test_incomplete_latest_is_skipped(tmp_path, caplog):
     ckpt.close()
 
 
+@pytest.fixture
+def no_read_pauses(monkeypatch):
+    monkeypatch.setattr(checkpoint_module, "READ_RETRY_DELAYS_S", (0.0, 0.0))
+
+
 @pytest.mark.integration
-def test_corrupt_latest_falls_back_to_the_previous(tmp_path, caplog):
+def test_a_read_that_fails_once_is_tried_again_and_keeps_the_newest(tmp_path, no_read_pauses,
+                                                                   caplog):
+    d = str(tmp_path / "ckpt")
+    save_steps(d, [2, 4]).close()
+    ckpt = Checkpointer(CheckpointConfig(every=2, keep=3), d)
+    real, calls = ckpt._manager.restore, []
+
+    def flaky(step, *args, **kwargs):  # storage answering an error once
+        calls.append(step)
+        if len(calls) == 1:
+            raise OSError("503 Service Unavailable")
+        return real(step, *args, **kwargs)
+
+    ckpt._manager.restore = flaky
+    with caplog.at_level(logging.WARNING, logger="tpujob_trainer.checkpoint"):
+        state, data, step = ckpt.restore(abstract(make_state(0)))
+    assert (step, calls) == (4, [4, 4])
+    assert_state(state, 4)
+    assert "could not be read (503 Service Unavailable); trying again" in caplog.text
+    assert ckpt.latest_step() == 4  # nothing dropped
+    ckpt.close()
+
+
+@pytest.mark.integration
+def test_checkpoints_that_never_read_back_raise_a_read_error(tmp_path, no_read_pauses):
+    d = str(tmp_path / "ckpt")
+    save_steps(d, [2, 4]).close()
+    ckpt = Checkpointer(CheckpointConfig(every=2, keep=3), d)
+    calls = []
+
+    def down(step, *args, **kwargs):
+        calls.append(step)
+        raise OSError("storage unavailable")
+
+    ckpt._manager.restore = down
+    with pytest.raises(CheckpointReadError, match="step 4: storage unavailable; step 2"):
+        ckpt.restore(abstract(make_state(0)))
+    assert calls == [4, 4, 4, 2, 2, 2]
+    ckpt._manager.restore = None  # nothing was dropped while storage was down
+    assert Checkpointer(CheckpointConfig(every=2, keep=3), d).latest_step() == 4
+    ckpt.close()
+
+
+@pytest.mark.integration
+def test_corrupt_latest_falls_back_to_the_previous(tmp_path, caplog, no_read_pauses):
     d = tmp_path / "ckpt"
     save_steps(str(d), [2, 4]).close()
     data_files = [p for p in (d / "4" / "state").rglob("*") if p.is_file() and p.parent.name == "d"]

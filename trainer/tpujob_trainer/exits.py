@@ -19,7 +19,7 @@ class Reason(str, enum.Enum):
     DATA_EXHAUSTED = "DataExhausted"     # clean stop: data ran out with data.on_exhausted=stop
     PREEMPTED = "Preempted"              # SIGTERM: checkpointed, restart me
     PEER_LOST = "PeerLost"               # another process vanished: restart the set
-    CHECKPOINT_ERROR = "CheckpointError"  # a save failed or timed out: resume from the last good one
+    CHECKPOINT_ERROR = "CheckpointError"  # a save failed or timed out, or no checkpoint reads back
     CONFIG_ERROR = "ConfigError"
     OUT_OF_MEMORY = "OutOfMemory"
     DATA_ERROR = "DataError"

@@ -108,8 +108,8 @@ def train(cfg: TrainerConfig, penv: ProcessEnv, *, stop: StopSignal | None = Non
     except TrainerExit:
         raise
     except Exception as e:
-        from tpujob_trainer.checkpoint import CheckpointSaveError
-        if isinstance(e, CheckpointSaveError):
+        from tpujob_trainer.checkpoint import CheckpointReadError, CheckpointSaveError
+        if isinstance(e, (CheckpointSaveError, CheckpointReadError)):
             raise TrainerExit(Reason.CHECKPOINT_ERROR, str(e)) from e
         reason = _classify(e)
         if reason is None:

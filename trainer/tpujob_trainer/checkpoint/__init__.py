@@ -38,6 +38,16 @@ class CheckpointError(Exception):
     """No usable checkpoint where one was asked for, or a state that cannot be saved."""
 
 
+class CheckpointReadError(CheckpointError):
+    """Checkpoints exist but none could be read: storage trouble (the usual cause, so the run
+    is worth restarting) or every one of them damaged."""
+
+
+# A checkpoint that fails to read is tried again after these pauses before the one before it
+# is used: falling back drops the newer checkpoint, which a passing storage error must not cost.
+READ_RETRY_DELAYS_S = (2.0, 8.0)
+
+
 class CheckpointSaveError(CheckpointError):
     """A save that failed on storage or did not finish within `checkpoint.save_timeout_s`; the
     step it wrote is incomplete and is skipped on the next start. Once raised, the checkpointer
@@ -185,22 +195,37 @@ class Checkpointer:
                                      DATA: ocp.args.JsonRestore()})
         errors = []
         for s in candidates:
-            restored, err = None, None
-            try:
-                restored = self._manager.restore(s, args=args)
-            except Exception as e:  # any failure to read: try the previous checkpoint
-                err = e
-            if _agree_all(err is None):
+            restored, ok = self._read(s, args)
+            if ok:
                 if s != candidates[0]:
                     self._drop_newer_than(s)
                 return restored[STATE], dict(restored[DATA] or {}), s
+            err = restored
             errors.append(f"step {s}: {err or 'unreadable on another process'}")
             if step is not None:
                 break
             log.warning("checkpoint %s/%d could not be restored (%s); trying the previous one",
                         self.directory, s, err or "failed on another process")
-        raise CheckpointError(f"no checkpoint in {self.directory} could be restored: "
-                              + "; ".join(errors))
+        raise CheckpointReadError(f"no checkpoint in {self.directory} could be restored: "
+                                  + "; ".join(errors))
+
+    def _read(self, step: int, args) -> tuple[Any, bool]:
+        """(restored, True), or (the last error, False) once every attempt failed on some
+        process. Every process makes the same attempts: each ends in an agreement."""
+        err = None
+        for delay in (*READ_RETRY_DELAYS_S, None):
+            restored, err = None, None
+            try:
+                restored = self._manager.restore(step, args=args)
+            except Exception as e:  # any failure to read: try again, then the previous one
+                err = e
+            if _agree_all(err is None):
+                return restored, True
+            if delay is not None:
+                log.warning("checkpoint %s/%d could not be read (%s); trying again in %g s",
+                            self.directory, step, err or "failed on another process", delay)
+                time.sleep(delay)
+        return err, False
 
     def _drop_newer_than(self, step: int) -> None:
         """Remove unusable checkpoints newer than the one resumed from: the run rewrites them."""
