@@ -1,5 +1,6 @@
-"""The operator's HTTP endpoint for probes and Prometheus: `/healthz` (the work loop is alive),
-`/readyz` (started and watching) and `/metrics`."""
+"""The operator's HTTP endpoint for probes and Prometheus: `/healthz` (the work loop is alive,
+and the webhook still serves the certificate on disk), `/readyz` (started and watching) and
+`/metrics`."""
 
 from __future__ import annotations
 
@@ -23,6 +24,9 @@ class HealthServer:
         queue = self.operator.queue
         if queue is None or not queue.alive:
             return web.Response(status=503, text="work queue stopped\n")
+        if self.operator.webhook_cert_changed():
+            return web.Response(status=503, text="the webhook certificate changed on disk; "
+                                "restart to load it\n")
         return web.Response(text="ok\n")
 
     async def _readyz(self, _: web.Request) -> web.Response:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
+import os
 import time
 from collections.abc import Hashable
 from typing import Any
@@ -154,6 +155,30 @@ class Operator:
         self.health: HealthServer | None = None
         self.ready = False
         self._failures: dict[Key, int] = {}
+        self._cert_stamp = self._webhook_cert_stamp()
+
+    # -- the webhook's certificate --------------------------------------------------------
+    def _webhook_cert_files(self) -> list[str]:
+        s = self.settings
+        if not s.webhook or s.extra.get("webhook_insecure"):
+            return []
+        cert_dir = s.webhook_cert_dir.rstrip("/")
+        return [f"{cert_dir}/tls.crt", f"{cert_dir}/tls.key"]
+
+    def _webhook_cert_stamp(self) -> tuple:
+        stamp = []
+        for path in self._webhook_cert_files():
+            try:
+                st = os.stat(path)
+                stamp.append((st.st_mtime_ns, st.st_size, st.st_ino))
+            except OSError:
+                stamp.append(None)
+        return tuple(stamp)
+
+    def webhook_cert_changed(self) -> bool:
+        """Whether the webhook's certificate or key changed on disk since start (a renewed
+        Secret): the server keeps the one it loaded, so /healthz fails and the pod restarts."""
+        return self._webhook_cert_stamp() != self._cert_stamp
 
     def _phases(self) -> list[str]:
         return [(j.get("status") or {}).get("phase", "Pending") for j in list(self.jobs.values())]
