@@ -12,12 +12,13 @@ import secrets
 import subprocess
 import sys
 from collections import Counter
+from typing import Any
 
 import pytest
 from requests.adapters import HTTPAdapter
 from urllib3.util.retry import Retry
 
-from tests.operator.conftest import JOBS, JOBSETS, ROOT, Cluster
+from tests.operator.conftest import JOBS, JOBSETS, ROOT, Cluster, start_operator
 from tests.support.apiserver import wait_for
 from tpujob.local.apiserver import ApiServer, bundled_crd_paths, load_crds
 
@@ -71,6 +72,20 @@ def wait_until_ended(cluster: Cluster, valid: list[str], invalid: list[str],
     wait_for(ended, timeout=timeout, interval=0.2,
              message=f"every job to end right; wrong: "
                      f"{ {n: p for n, p in phases(cluster).items() if want.get(n) != p} }")
+
+
+def run_burst_through_faults(cluster: Cluster, valid: list[str], invalid: list[str],
+                            **faults: Any) -> None:
+    """With the server's `faults` on, an operator takes a burst of jobs until every one has
+    ended (faults cleared and operator stopped after, whatever happens)."""
+    cluster.server.set_faults(**faults)
+    op = start_operator(cluster)
+    try:
+        create_jobs(cluster, valid, invalid)
+        wait_until_ended(cluster, valid, invalid, timeout=60)
+    finally:
+        op.stop()
+        cluster.server.set_faults()
 
 
 def operator_requests(cluster: Cluster):

@@ -12,11 +12,10 @@ import pytest
 from tests.faults.conftest import (
     assert_every_job_ended_right,
     count,
-    create_jobs,
     operator_requests,
-    wait_until_ended,
+    run_burst_through_faults,
 )
-from tests.operator.conftest import JOBSETS, start_operator
+from tests.operator.conftest import JOBSETS
 
 pytestmark = pytest.mark.integration
 VALID = [f"err-{i:02d}" for i in range(16)]
@@ -24,15 +23,8 @@ INVALID = ["err-bad"]
 
 
 def test_every_job_ends_right_through_20_percent_errors(cluster):
-    cluster.server.set_faults(error_rate=0.2, error_codes=(500, 503, 429), retry_after_s=1,
-                              seed=7)
-    op = start_operator(cluster)
-    try:
-        create_jobs(cluster, VALID, INVALID)
-        wait_until_ended(cluster, VALID, INVALID, timeout=60)
-    finally:
-        op.stop()
-        cluster.server.set_faults()
+    run_burst_through_faults(cluster, VALID, INVALID, error_rate=0.2,
+                             error_codes=(500, 503, 429), retry_after_s=1, seed=7)
     assert_every_job_ended_right(cluster, VALID, INVALID)
     # The faults reached the operator's own writes, with every code (about a fifth of some
     # 90 writes fail; fewer than 5 would mean the faults missed the operator).
@@ -45,16 +37,9 @@ def test_every_job_ends_right_through_20_percent_errors(cluster):
 def test_replies_lost_after_the_write_create_nothing_twice(cluster):
     # Half of the operator's writes are stored but never answered: it must find what it made
     # (a JobSet it already created is adopted, not created again or taken for someone else's).
-    cluster.server.set_faults(timeout_rate=0.5, timeout_hold_s=0.1, timeout_after_commit=True,
-                              verbs={"create", "patch"}, user_agent="OpenAPI-Generator",
-                              seed=3)
-    op = start_operator(cluster)
-    try:
-        create_jobs(cluster, VALID, INVALID)
-        wait_until_ended(cluster, VALID, INVALID, timeout=60)
-    finally:
-        op.stop()
-        cluster.server.set_faults()
+    run_burst_through_faults(cluster, VALID, INVALID, timeout_rate=0.5, timeout_hold_s=0.1,
+                             timeout_after_commit=True, verbs={"create", "patch"},
+                             user_agent="OpenAPI-Generator", seed=3)
     # A lost reply leaves no 201 in the log though the object was stored: count objects.
     assert_every_job_ended_right(cluster, VALID, INVALID, creates_logged=False)
     lost = Counter(r.resource for r in operator_requests(cluster) if r.fault == "timeout")

@@ -97,27 +97,24 @@ class KubeApi:
     def list_jobs(self, namespace: str | None) -> tuple[list[dict[str, Any]], str]:
         """Every TpuTrainingJob of the namespace (None: of every namespace), and the list's
         resourceVersion."""
-        if namespace is None:
-            found = self._call("list TpuTrainingJobs", self.custom.list_cluster_custom_object,
-                               GROUP, VERSION, PLURAL)
-        else:
-            found = self._call(f"list TpuTrainingJobs in {namespace}",
-                               self.custom.list_namespaced_custom_object, GROUP, VERSION,
-                               namespace, PLURAL)
-        return found.get("items") or [], (found.get("metadata") or {}).get("resourceVersion", "")
+        return self._list("TpuTrainingJobs", GROUP, VERSION, PLURAL, namespace)
 
     def list_jobsets(self, namespace: str | None, selector: str
                      ) -> tuple[list[dict[str, Any]], str]:
         """The JobSets matching `selector` (None namespace: in every namespace), and the list's
         resourceVersion."""
+        return self._list("JobSets", JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL, namespace,
+                          label_selector=selector)
+
+    def _list(self, what: str, group: str, version: str, plural: str, namespace: str | None,
+              **kwargs: Any) -> tuple[list[dict[str, Any]], str]:
         if namespace is None:
-            found = self._call("list JobSets", self.custom.list_cluster_custom_object,
-                               JOBSET_GROUP, JOBSET_VERSION, JOBSET_PLURAL,
-                               label_selector=selector)
+            found = self._call(f"list {what}", self.custom.list_cluster_custom_object, group,
+                               version, plural, **kwargs)
         else:
-            found = self._call(f"list JobSets in {namespace}",
-                               self.custom.list_namespaced_custom_object, JOBSET_GROUP,
-                               JOBSET_VERSION, namespace, JOBSET_PLURAL, label_selector=selector)
+            found = self._call(f"list {what} in {namespace}",
+                               self.custom.list_namespaced_custom_object, group, version,
+                               namespace, plural, **kwargs)
         return found.get("items") or [], (found.get("metadata") or {}).get("resourceVersion", "")
 
     # -- JobSets -------------------------------------------------------------------------

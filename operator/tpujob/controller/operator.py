@@ -48,24 +48,6 @@ def _rv(obj: dict[str, Any] | None) -> int | None:
         return None
 
 
-def _keep_newer(cache: dict[Key, dict[str, Any]], key: Key, obj: dict[str, Any]) -> None:
-    """Store obj unless the cache already holds a newer version of the same object (a watch
-    event can arrive after the operator's own write returned the newer one)."""
-    old = cache.get(key)
-    same = old is not None and old["metadata"].get("uid") == obj["metadata"].get("uid")
-    if same and _rv(old) is not None and _rv(obj) is not None and _rv(old) > _rv(obj):
-        return
-    cache[key] = obj
-
-
-def _is_echo(cache: dict[Key, dict[str, Any]], key: Key, obj: dict[str, Any]) -> bool:
-    """Whether the cache already holds this very version of the object: the watch event of a
-    write the operator made itself (its reply went into the cache), with nothing new in it."""
-    old = cache.get(key)
-    return old is not None and _rv(obj) is not None and _rv(old) == _rv(obj) and \
-        old["metadata"].get("uid") == obj["metadata"].get("uid")
-
-
 def _missed_deletion(cached: dict[str, Any], listed: dict[str, Any] | None, list_rv: str
                      ) -> bool:
     """Whether a cached object is gone from the server although no watch said so: it is not in
@@ -78,10 +60,22 @@ def _missed_deletion(cached: dict[str, Any], listed: dict[str, Any] | None, list
         return False  # a list version that cannot be compared: drop nothing
 
 
-def _is_news(cached: dict[str, Any] | None, listed: dict[str, Any]) -> bool:
-    if cached is None or cached["metadata"].get("uid") != listed["metadata"].get("uid"):
+def _is_news(cached: dict[str, Any] | None, obj: dict[str, Any]) -> bool:
+    """Whether `obj` (from a watch event or a list) tells the operator something its cache does
+    not hold: another object under the name, or a newer version of the cached one. The version
+    the cache already has (the watch event of the operator's own write, whose reply went into
+    the cache) or an older one is not; versions that cannot be compared always are."""
+    if cached is None or cached["metadata"].get("uid") != obj["metadata"].get("uid"):
         return True
-    return _rv(listed) is not None and _rv(cached) is not None and _rv(listed) > _rv(cached)
+    old, new = _rv(cached), _rv(obj)
+    return old is None or new is None or new > old
+
+
+def _keep_newer(cache: dict[Key, dict[str, Any]], key: Key, obj: dict[str, Any]) -> None:
+    """Store obj unless the cache already holds it or a newer version of it (a watch event can
+    arrive after the operator's own write returned the newer one)."""
+    if _is_news(cache.get(key), obj):
+        cache[key] = obj
 
 
 def _job_view(obj: dict[str, Any]) -> dict[str, Any]:
@@ -226,7 +220,9 @@ class Operator:
         return delay
 
     # -- watch events ------------------------------------------------------------------------
-    def on_job_event(self, event: dict[str, Any]) -> None:
+    def on_job_event(self, event: dict[str, Any]) -> bool:
+        """Take a job's watch event into the cache and queue the job; False when the event
+        held nothing new (e.g. the operator's own status write coming back)."""
         obj = event.get("object") or {}
         meta = obj.get("metadata") or {}
         key = (meta.get("namespace", ""), meta.get("name", ""))
@@ -236,31 +232,34 @@ class Operator:
             self.reconciler.forget(meta.get("uid"))
             if self.queue is not None:
                 self.queue.forget(key)
-            return
-        if _is_echo(self.jobs, key, obj):
-            return  # its own status write coming back: nothing to look at again
+            return True
+        if not _is_news(self.jobs.get(key), obj):
+            return False
         # Kept as kopf handed it (less managedFields): each event is parsed afresh and nothing
         # changes it afterwards.
-        _keep_newer(self.jobs, key, _job_view(obj))
+        self.jobs[key] = _job_view(obj)
         if self.queue is not None:
             self.queue.add(key)
+        return True
 
-    def on_jobset_event(self, event: dict[str, Any]) -> None:
+    def on_jobset_event(self, event: dict[str, Any]) -> bool:
+        """The same for a JobSet of the operator's (found by its job label)."""
         obj = event.get("object") or {}
         meta = obj.get("metadata") or {}
         owner = (meta.get("labels") or {}).get(names.LABEL_JOB)
         if not owner:
-            return
+            return False
         key = (meta.get("namespace", ""), owner)
         if event.get("type") == "DELETED":
             if (self.jobsets.get(key) or {}).get("metadata", {}).get("uid") == meta.get("uid"):
                 self.jobsets.pop(key, None)
-        elif _is_echo(self.jobsets, key, obj):
-            return  # the JobSet the operator created (or changed) coming back as it was
+        elif not _is_news(self.jobsets.get(key), obj):
+            return False  # the JobSet the operator created (or changed) coming back as it was
         else:
-            _keep_newer(self.jobsets, key, _jobset_view(obj))
+            self.jobsets[key] = _jobset_view(obj)
         if self.queue is not None and key in self.jobs:
             self.queue.add(key)
+        return True
 
     # -- relisting ---------------------------------------------------------------------------
     async def _relist_forever(self) -> None:
@@ -303,10 +302,8 @@ class Operator:
             if in_scope(key) and _missed_deletion(cached, listed_jobs.get(key), jobs_rv):
                 self.on_job_event({"type": "DELETED", "object": cached})
                 changes += 1
-        for key, job in listed_jobs.items():
-            if _is_news(self.jobs.get(key), job):
-                self.on_job_event({"type": "MODIFIED", "object": job})
-                changes += 1
+        for job in jobs:
+            changes += self.on_job_event({"type": "MODIFIED", "object": job})
         listed_sets = {}
         for js in jobsets:
             owner = (js["metadata"].get("labels") or {}).get(names.LABEL_JOB)
@@ -316,10 +313,8 @@ class Operator:
             if in_scope(key) and _missed_deletion(cached, listed_sets.get(key), jobsets_rv):
                 self.on_jobset_event({"type": "DELETED", "object": cached})
                 changes += 1
-        for key, js in listed_sets.items():
-            if _is_news(self.jobsets.get(key), js):
-                self.on_jobset_event({"type": "MODIFIED", "object": js})
-                changes += 1
+        for js in listed_sets.values():
+            changes += self.on_jobset_event({"type": "MODIFIED", "object": js})
         return changes
 
     # -- kopf --------------------------------------------------------------------------------

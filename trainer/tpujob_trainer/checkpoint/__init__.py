@@ -195,24 +195,23 @@ class Checkpointer:
                                      DATA: ocp.args.JsonRestore()})
         errors = []
         for s in candidates:
-            restored, ok = self._read(s, args)
-            if ok:
+            restored, why = self._read(s, args)
+            if why is None:
                 if s != candidates[0]:
                     self._drop_newer_than(s)
                 return restored[STATE], dict(restored[DATA] or {}), s
-            err = restored
-            errors.append(f"step {s}: {err or 'unreadable on another process'}")
+            errors.append(f"step {s}: {why}")
             if step is not None:
                 break
             log.warning("checkpoint %s/%d could not be restored (%s); trying the previous one",
-                        self.directory, s, err or "failed on another process")
+                        self.directory, s, why)
         raise CheckpointReadError(f"no checkpoint in {self.directory} could be restored: "
                                   + "; ".join(errors))
 
-    def _read(self, step: int, args) -> tuple[Any, bool]:
-        """(restored, True), or (the last error, False) once every attempt failed on some
-        process. Every process makes the same attempts: each ends in an agreement."""
-        err = None
+    def _read(self, step: int, args) -> tuple[Any, str | None]:
+        """(restored, None), or (None, why) once every attempt failed on some process. Every
+        process makes the same attempts: each ends in an agreement."""
+        why = None
         for delay in (*READ_RETRY_DELAYS_S, None):
             restored, err = None, None
             try:
@@ -220,12 +219,13 @@ class Checkpointer:
             except Exception as e:  # any failure to read: try again, then the previous one
                 err = e
             if _agree_all(err is None):
-                return restored, True
+                return restored, None
+            why = str(err) if err is not None else "unreadable on another process"
             if delay is not None:
                 log.warning("checkpoint %s/%d could not be read (%s); trying again in %g s",
-                            self.directory, step, err or "failed on another process", delay)
+                            self.directory, step, why, delay)
                 time.sleep(delay)
-        return err, False
+        return None, why
 
     def _drop_newer_than(self, step: int) -> None:
         """Remove unusable checkpoints newer than the one resumed from: the run rewrites them."""
@@ -406,5 +406,5 @@ def restore_params(directory: str, abstract_params, *, step: int | None = None,
     return restored[STATE][key], step
 
 
-__all__ = ["CheckpointConfig", "CheckpointError", "CheckpointSaveError", "Checkpointer",
-           "restore_params"]
+__all__ = ["CheckpointConfig", "CheckpointError", "CheckpointReadError", "CheckpointSaveError",
+           "Checkpointer", "restore_params"]
