@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -220,7 +221,10 @@ class KubeApi:
         now = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            # Named as client-go's recorder names Events (<object>.<UnixNano in hex>): a list,
+            # sorted by name, gives one object's Events in the order they happened.
+            "metadata": {"name": f"{meta['name']}.{time.time_ns():x}",
+                         "namespace": meta["namespace"]},
             "involvedObject": {
                 "apiVersion": job.get("apiVersion", API_VERSION), "kind": "TpuTrainingJob",
                 "name": meta["name"], "namespace": meta["namespace"], "uid": meta.get("uid"),

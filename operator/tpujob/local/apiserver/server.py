@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import discovery, errors, openapi, patch, podlogs, table, watch
+from . import discovery, errors, openapi, patch, podlogs, schema, table, watch
 from .errors import ApiError
 from .faults import FaultInjector, Faults, fault_error, retry_after_header
 from .requestlog import RequestInfo, RequestLog, build_record, request_info
@@ -335,12 +335,29 @@ class ApiHandler:
             rtype=target.rtype, namespace=target.namespace,
             matches=self._matcher(request, target), resource_version=resource_version,
             timeout_s=timeout_s, bookmarks=_flag(query.get("allowWatchBookmarks")),
-            send_initial_events=_flag(query.get("sendInitialEvents")))
+            send_initial_events=_flag(query.get("sendInitialEvents")),
+            transform=self._watch_table(request, target))
         try:
             return await watch.stream(request, self.store, spec, self.bookmark_interval_s)
         finally:
             if reset is not None:
                 reset.cancel()
+
+    def _watch_table(self, request: web.Request, target: Target):
+        """For a watch that asks for Tables (`kubectl get -w`): each event's object as a Table
+        of one row, the column definitions in the first only (kube-apiserver's watch
+        encoder)."""
+        if not table.wants_table(request.headers.get("Accept", "")):
+            return None
+        include = request.query.get("includeObject", "Metadata")
+        sent_headers = []
+
+        def transform(obj: dict[str, Any]) -> dict[str, Any]:
+            document = table.build_table(target.rtype, [obj], obj["metadata"].get(
+                "resourceVersion", ""), include, headers=not sent_headers)
+            sent_headers.append(True)
+            return document
+        return transform
 
     # -- writes --------------------------------------------------------------------------------
 
@@ -353,6 +370,7 @@ class ApiHandler:
     def _create_checked(self, target: Target, body: Any, validation: str, dry_run: bool):
         if validation == "Strict" and target.rtype.schema is not None:
             # Strict must refuse before anything is stored.
+            _refuse_unknown_fields(target.rtype, body)
             probe = self._dry_run_create(target, copy.deepcopy(body))
             if probe.unknown_fields:
                 raise strict_error(target.rtype, probe.unknown_fields)
@@ -391,6 +409,7 @@ class ApiHandler:
                validation: str):
         if validation == "Strict" and target.rtype.schema is not None:
             # Strict must refuse before anything is stored.
+            _refuse_unknown_fields(target.rtype, body)
             old = self.store.get(target.rtype, target.namespace, target.name)
             probe = prepare_update(target.rtype, copy.deepcopy(body), old, target.subresource,
                                    self.store.rv + 1, require_version)
@@ -540,6 +559,15 @@ class ApiHandler:
                 raise errors.resource_not_found()
             return _json(openapi.group_version_document(self.registry, group, version))
         raise errors.resource_not_found()
+
+
+def _refuse_unknown_fields(rtype: ResourceType, body: Any) -> None:
+    """Strict field validation happens while the body is decoded, so kube-apiserver names an
+    unknown field before it looks at any value: refuse with it before validating."""
+    if isinstance(body, dict):
+        unknown = schema.prune(copy.deepcopy(body), rtype.schema)
+        if unknown:
+            raise strict_error(rtype, unknown)
 
 
 def _call_soon(fn) -> None:

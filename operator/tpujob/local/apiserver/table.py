@@ -7,7 +7,7 @@ import json
 from datetime import UTC, datetime
 from typing import Any
 
-from . import jsonpath
+from . import jsonpath, printers
 from .resources import ResourceType
 
 _NAME = {"name": "Name", "type": "string", "format": "name", "priority": 0,
@@ -43,12 +43,19 @@ def _columns(rtype: ResourceType) -> list[tuple[dict[str, Any], Any]]:
         columns.append(({"name": "Status", "type": "string", "format": "", "priority": 0,
                          "description": "The status of the namespace"},
                         lambda obj: (obj.get("status") or {}).get("phase")))
-    if rtype.kind == "Pod":
-        columns.append(({"name": "Status", "type": "string", "format": "", "priority": 0,
-                         "description": "The phase of the pod"},
-                        lambda obj: (obj.get("status") or {}).get("phase", "Pending")))
-    columns.append((_AGE, lambda obj: age(obj["metadata"].get("creationTimestamp"))))
+    age_column = (_AGE, lambda obj: age(obj["metadata"].get("creationTimestamp")))
+    if not rtype.group and rtype.kind == "Pod":
+        return printers.pod_columns(age_column, human_duration)
+    if rtype.group == "batch" and rtype.kind == "Job":
+        return printers.job_columns(age_column, human_duration)
+    columns.append(age_column)
     return columns
+
+
+def _all_columns(rtype: ResourceType) -> list[tuple[dict[str, Any], Any]]:
+    if not rtype.group and rtype.kind == "Event":  # NAME is a wide column, last
+        return printers.event_columns(human_duration)
+    return [(_NAME, lambda obj: obj["metadata"]["name"])] + _columns(rtype)
 
 
 def human_duration(seconds: float) -> str:
@@ -128,8 +135,10 @@ def _row_object(obj: dict[str, Any], include: str) -> dict[str, Any] | None:
 
 
 def build_table(rtype: ResourceType, objects: list[dict[str, Any]], resource_version: str,
-                include_object: str = "Metadata") -> dict[str, Any]:
-    columns = [(_NAME, lambda obj: obj["metadata"]["name"])] + _columns(rtype)
+                include_object: str = "Metadata", headers: bool = True) -> dict[str, Any]:
+    """A Table of `objects`; without `headers` the column definitions are left out (as in the
+    events of a watch after the first)."""
+    columns = _all_columns(rtype)
     rows = []
     for obj in objects:
         row: dict[str, Any] = {"cells": [cell(obj) for _, cell in columns]}
@@ -139,4 +148,5 @@ def build_table(rtype: ResourceType, objects: list[dict[str, Any]], resource_ver
         rows.append(row)
     return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
             "metadata": {"resourceVersion": resource_version},
-            "columnDefinitions": [definition for definition, _ in columns], "rows": rows}
+            "columnDefinitions": [definition for definition, _ in columns] if headers else [],
+            "rows": rows}

@@ -31,6 +31,8 @@ class WatchRequest:
     timeout_s: float | None
     bookmarks: bool
     send_initial_events: bool
+    # Turns each event's object into what the client asked for (a Table row); None: as is.
+    transform: Callable[[dict[str, Any]], dict[str, Any]] | None = None
 
 
 def _line(event_type: str, obj: dict[str, Any]) -> bytes:
@@ -57,7 +59,8 @@ def _translate(request: WatchRequest, event: Event) -> tuple[str, dict] | None:
 
 
 def _versioned(request: WatchRequest, obj: dict[str, Any]) -> dict[str, Any]:
-    return {**obj, "apiVersion": request.rtype.api_version}
+    versioned = {**obj, "apiVersion": request.rtype.api_version}
+    return request.transform(versioned) if request.transform is not None else versioned
 
 
 async def stream(http_request: web.Request, store: Store, request: WatchRequest,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -106,7 +107,9 @@ def build_event(event: Event, now: float) -> dict[str, Any]:
     stamp = format_time(now)
     return {
         "apiVersion": "v1", "kind": "Event",
-        "metadata": {"generateName": f"{name(obj)}.", "namespace": namespace(obj)},
+        # client-go's recorder names Events <object>.<UnixNano in hex>: listed by name, one
+        # object's Events come in the order they happened.
+        "metadata": {"name": f"{name(obj)}.{time.time_ns():x}", "namespace": namespace(obj)},
         "involvedObject": {"apiVersion": obj.get("apiVersion"), "kind": obj.get("kind"),
                            "name": name(obj), "namespace": namespace(obj), "uid": uid(obj),
                            "resourceVersion": meta(obj).get("resourceVersion")},

@@ -1,0 +1,154 @@
+"""What the real kubectl prints from the server's Tables: `get -w` keeps every column after the
+first list, and pods, jobs and events have the columns kube-apiserver gives them."""
+
+from __future__ import annotations
+
+import queue
+import shutil
+import subprocess
+import threading
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import pytest
+from tests.support.apiserver import Kube, unique_name
+
+pytestmark = [pytest.mark.integration,
+              pytest.mark.skipif(shutil.which("kubectl") is None, reason="kubectl not installed")]
+
+
+def _stamp(seconds_ago: float) -> str:
+    return (datetime.now(UTC) - timedelta(seconds=seconds_ago)).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+@pytest.fixture
+def kubectl(kube: Kube, tmp_path: Path):
+    def command(*args: str) -> list[str]:
+        return ["kubectl", f"--kubeconfig={kube.kubeconfig}", f"--cache-dir={tmp_path / 'c'}",
+                f"--namespace={kube.namespace}", *args]
+
+    def run(*args: str) -> str:
+        result = subprocess.run(command(*args), capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+    run.command = command
+    return run
+
+
+def _lines(proc: subprocess.Popen) -> queue.Queue:
+    """The lines a process prints, as they come."""
+    lines: queue.Queue = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout], daemon=True
+                     ).start()
+    return lines
+
+
+def test_get_watch_prints_every_column(kube: Kube, widgets: str, kubectl) -> None:
+    name = unique_name("ww")
+    r = kube.request("POST", widgets, json={"apiVersion": "contract.tpujob.dev/v1",
+                                            "kind": "Widget", "metadata": {"name": name},
+                                            "spec": {"size": "large-4", "replicas": 2}})
+    assert r.status_code == 201, r.text
+    watch = subprocess.Popen(kubectl.command("get", "widgets", name, "-w"), text=True,
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    lines = _lines(watch)
+    try:
+        assert lines.get(timeout=30).split() == ["NAME", "SIZE", "REPLICAS", "PHASE", "READY", "AGE"]
+        assert lines.get(timeout=30).split()[:3] == [name, "large-4", "2"]
+        for phase in ("Running", "Done"):
+            r = kube.request("PATCH", f"{widgets}/{name}/status", json={"status": {
+                "phase": phase, "conditions": [{"type": "Ready", "status": "True"}]}},
+                headers={"Content-Type": "application/merge-patch+json"})
+            assert r.status_code == 200, r.text
+            row = lines.get(timeout=30).split()
+            assert row[:5] == [name, "large-4", "2", phase, "True"], row
+    finally:
+        watch.kill()
+        watch.wait()
+
+
+def test_pods_jobs_and_events_columns(kube: Kube, kubectl) -> None:
+    ns = kube.namespace
+    done, running = unique_name("done"), unique_name("run")
+    container = {"name": "main", "image": "app"}
+    for name in (done, running):
+        r = kube.request("POST", f"/api/v1/namespaces/{ns}/pods", json={
+            "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
+            "spec": {"containers": [container]}})
+        assert r.status_code == 201, r.text
+    statuses = {
+        done: {"phase": "Succeeded", "containerStatuses": [{
+            "name": "main", "ready": False, "restartCount": 0, "image": "app", "imageID": "",
+            "state": {"terminated": {"exitCode": 0, "reason": "Completed"}}}]},
+        running: {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}],
+                  "podIP": "127.0.0.9", "containerStatuses": [{
+                      "name": "main", "ready": True, "restartCount": 2, "image": "app",
+                      "imageID": "", "state": {"running": {"startedAt": _stamp(30)}},
+                      "lastState": {"terminated": {"exitCode": 1, "reason": "Error",
+                                                   "finishedAt": _stamp(200)}}}]}}
+    for name, status in statuses.items():
+        r = kube.request("PATCH", f"/api/v1/namespaces/{ns}/pods/{name}/status",
+                         json={"status": status},
+                         headers={"Content-Type": "application/merge-patch+json"})
+        assert r.status_code == 200, r.text
+    pods = kubectl("get", "pods", done, running).splitlines()
+    assert pods[0].split() == ["NAME", "READY", "STATUS", "RESTARTS", "AGE"]
+    rows = {line.split()[0]: line.split() for line in pods[1:]}
+    assert rows[done][1:4] == ["0/1", "Completed", "0"]
+    assert rows[running][1:4] == ["1/1", "Running", "2"]
+    assert rows[running][4].startswith("(3m") and rows[running][5] == "ago)"  # 200 s ago
+    wide = kubectl("get", "pods", running, "-o", "wide").splitlines()
+    assert wide[0].split()[:7] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP", "NODE"]
+    assert "127.0.0.9" in wide[1].split()
+
+    job = unique_name("job")
+    r = kube.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", json={
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": job},
+        "spec": {"completions": 2, "template": {"spec": {"containers": [container]}}}})
+    assert r.status_code == 201, r.text
+    r = kube.request("PATCH", f"/apis/batch/v1/namespaces/{ns}/jobs/{job}/status", json={
+        "status": {"succeeded": 1, "startTime": "2026-01-01T00:00:00Z",
+                   "completionTime": "2026-01-01T00:01:05Z"}},
+        headers={"Content-Type": "application/merge-patch+json"})
+    assert r.status_code == 200, r.text
+    jobs = kubectl("get", "jobs", job).splitlines()
+    assert jobs[0].split() == ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"]
+    assert jobs[1].split()[:4] == [job, "Running", "1/2", "65s"]
+
+    # Three Events of one object in the same second, named as client-go's recorder names them
+    # (the operator and the executor do too): listed in the order they happened.
+    from tpujob.local.executor.objects import Event, build_event
+    stamp = _stamp(0)
+    reasons = ["Created", "Starting", "Running"]
+    for reason in reasons:
+        body = build_event(Event({"apiVersion": "v1", "kind": "Pod",
+                                  "metadata": {"name": running, "namespace": ns, "uid": "u"}},
+                                 "Normal", reason, f"phase {reason}", "test"), time.time())
+        body["firstTimestamp"] = body["lastTimestamp"] = stamp
+        r = kube.request("POST", f"/api/v1/namespaces/{ns}/events", json=body)
+        assert r.status_code == 201, r.text
+    events = kubectl("get", "events", f"--field-selector=involvedObject.name={running}")
+    lines = events.splitlines()
+    assert lines[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
+    assert [line.split()[2] for line in lines[1:]] == reasons
+    assert lines[1].split()[1:] == ["Normal", "Created", f"pod/{running}", "phase", "Created"]
+
+
+def test_strict_validation_names_the_unknown_field_first(kube: Kube, widgets: str, kubectl,
+                                                          tmp_path: Path) -> None:
+    # Missing the required spec.size and with an unknown field: kube-apiserver's strict
+    # decoding refuses the unknown field before the schema looks at any value.
+    name = unique_name("strict")
+    manifest = tmp_path / "widget.yaml"
+    manifest.write_text(f"apiVersion: contract.tpujob.dev/v1\nkind: Widget\n"
+                        f"metadata:\n  name: {name}\nspec:\n  replicas: -1\n  color: red\n")
+    result = subprocess.run(kubectl.command("apply", "--validate=strict", "-f", str(manifest)),
+                            capture_output=True, text=True, timeout=60)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (
+        f'Error from server (BadRequest): error when creating "{manifest}": Widget in version '
+        '"v1" cannot be handled as a Widget: strict decoding error: unknown field "spec.color"')
+    warned = subprocess.run(kubectl.command("apply", "--validate=false", "-f", str(manifest)),
+                            capture_output=True, text=True, timeout=60)
+    assert warned.returncode == 1 and "spec.size: Required value" in warned.stderr
