@@ -152,3 +152,39 @@ def test_strict_validation_names_the_unknown_field_first(kube: Kube, widgets: st
     warned = subprocess.run(kubectl.command("apply", "--validate=false", "-f", str(manifest)),
                             capture_output=True, text=True, timeout=60)
     assert warned.returncode == 1 and "spec.size: Required value" in warned.stderr
+
+
+def test_get_tpujobs_prints_readable_progress_and_the_reason(kube: Kube, kubectl) -> None:
+    import yaml
+
+    from tpujob.api.status import display_of
+    root = Path(__file__).resolve().parents[2]
+    kube.ensure_crd(yaml.safe_load((root / "manifests" / "crd.yaml").read_text()))
+    path = f"/apis/tpujob.dev/v1alpha1/namespaces/{kube.namespace}/tputrainingjobs"
+    statuses = {
+        unique_name("run"): {"phase": "Running", "restarts": 1, "progress": {
+            "step": 40, "loss": 1.7577435970306396, "tokensPerSecondPerDevice": 5425.809674792159,
+            "mfu": 2.2e-05, "display": display_of(1.7577435970306396, 5425.809674792159,
+                                                  2.2e-05).to_dict()}},
+        unique_name("bad"): {"phase": "Invalid", "failure": {
+            "reason": "InvalidSlice", "message": "spec.slice: no such slice"}}}
+    for name, status in statuses.items():
+        r = kube.request("POST", path, json={
+            "apiVersion": "tpujob.dev/v1alpha1", "kind": "TpuTrainingJob",
+            "metadata": {"name": name}, "spec": {"slice": "v6e-8", "image": "t:1",
+                                                 "output": "gs://bucket/run"}})
+        assert r.status_code == 201, r.text
+        r = kube.request("PATCH", f"{path}/{name}/status", json={"status": status},
+                         headers={"Content-Type": "application/merge-patch+json"})
+        assert r.status_code == 200, r.text
+    lines = kubectl("get", "tpujobs", *statuses).splitlines()
+    assert lines[0].split() == ["NAME", "SLICE", "HOSTS", "PHASE", "STEP", "LOSS", "TOK/S/DEV",
+                                "MFU", "RESTARTS", "REASON", "AGE"]
+    running, bad = list(statuses)
+    rows = {line.split()[0]: line.split() for line in lines[1:]}
+    # Empty cells print as nothing.
+    assert rows[running][1:8] == ["v6e-8", "Running", "40", "1.758", "5426", "0.0022%", "1"]
+    assert rows[bad][1:5] == ["v6e-8", "Invalid", "0", "InvalidSlice"]
+    # Tools read full precision.
+    got = kube.get(f"{path}/{running}").json()["status"]["progress"]
+    assert got["loss"] == 1.7577435970306396 and got["mfu"] == 2.2e-05

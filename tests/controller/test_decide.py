@@ -93,7 +93,7 @@ def test_phase_transitions(prev, observation, phase, actions, event):
 @pytest.mark.parametrize("spec, reason, field", [
     ({"slice": "v6e-12"}, "InvalidSlice", "spec.slice"),
     ({"parallelism": {"ici": {"tensor": 3}}}, "InvalidMesh", "spec.parallelism"),
-    ({"trainer": {"config": {"train": {"steps": "many"}}}}, None, "train.steps"),
+    ({"trainer": {"config": {"train": {"steps": "many"}}}}, "ConfigError", "train.steps"),
 ])
 def test_invalid_job_is_refused_with_the_field_and_creates_nothing(spec, reason, field):
     d = decide(status(), obs(spec=spec))
@@ -102,7 +102,8 @@ def test_invalid_job_is_refused_with_the_field_and_creates_nothing(spec, reason,
     valid = cond(d, "Valid")
     assert valid.status == "False" and (reason is None or valid.reason == reason)
     assert field in valid.message and field in d.status.failure.message
-    assert d.status.failure.reason == FailureReason.INVALID_SPEC
+    # The pre-flight check's own reason, for the REASON column of `kubectl get tpujobs`.
+    assert d.status.failure.reason == (reason or FailureReason.INVALID_SPEC)
     assert [(e.type, e.reason) for e in d.events] == [("Warning", "Invalid")]
 
 
@@ -241,3 +242,39 @@ def test_blocked_children_keep_the_job_pending_with_one_warning():
     assert d.status.phase == Phase.PENDING and d.actions == []
     assert [e.reason for e in d.events] == ["Conflict"]
     assert decide(d.status, obs(blocked=blocked)).events == []
+
+
+def test_a_restart_seen_with_every_host_running_again_is_restarting_for_one_write():
+    # The JobSet restarted and its new pods all run before the operator looked: Restarting
+    # is still written once, then Running.
+    prev = running_status(T0)
+    d = decide(prev, obs(js(ready_jobs=1, restarts=1), now=T0 + timedelta(seconds=30)))
+    assert d.status.phase == Phase.RESTARTING and d.status.restarts == 1
+    assert "Restarting" in [e.reason for e in d.events]
+    d2 = decide(d.status, obs(js(ready_jobs=1, restarts=1), now=T0 + timedelta(seconds=31)))
+    assert d2.status.phase == Phase.RUNNING
+
+
+def test_after_a_restart_step_shows_the_checkpoint_the_run_resumes_from():
+    prev = running_status(T0, Progress(step=37, loss=2.0, last_checkpoint_step=20))
+    restoring = ProgressReading(step=0, training=False, last_checkpoint_step=None)
+    d = decide(prev, obs(js(ready_jobs=1), now=T0 + timedelta(seconds=5), progress=restoring))
+    assert d.status.progress.step == 20
+    resumed = ProgressReading(step=21, last_checkpoint_step=20)
+    d2 = decide(d.status, obs(js(ready_jobs=1), now=T0 + timedelta(seconds=9), progress=resumed))
+    assert d2.status.progress.step == 21
+    fresh = decide(running_status(T0), obs(js(ready_jobs=1), progress=restoring))
+    assert fresh.status.progress.step == 0  # nothing saved yet: nothing to resume from
+
+
+@pytest.mark.parametrize("loss, tokens, mfu, shown", [
+    (1.7577435970306396, 5425.809674792159, 2.2e-05, ("1.758", "5426", "0.0022%")),
+    (12.5, 0.4, 0.4123, ("12.5", "0", "41.2%")),
+    (0.000123456, 1e6, 0.0, ("0.0001235", "1000000", "0%")),
+    (None, None, None, (None, None, None)),
+])
+def test_progress_display_for_kubectl(loss, tokens, mfu, shown):
+    reading = ProgressReading(step=3, loss=loss, tokens_per_s_per_device=tokens, mfu=mfu)
+    p = decide(running_status(T0), obs(js(ready_jobs=1), progress=reading)).status.progress
+    assert (p.display.loss, p.display.tokens_per_second_per_device, p.display.mfu) == shown
+    assert (p.loss, p.tokens_per_second_per_device, p.mfu) == (loss, tokens, mfu)  # full

@@ -53,16 +53,21 @@ def build_printer_columns() -> list[dict[str, Any]]:
         _column("Hosts", "integer", ".status.slice.hosts", "TPU hosts, all slices together."),
         _column("Phase", "string", ".status.phase", "Lifecycle phase."),
         _column("Step", "integer", ".status.progress.step", "Last completed training step."),
-        _column("Loss", "number", ".status.progress.loss", "Training loss."),
-        _column("Tok/s/dev", "number", ".status.progress.tokensPerSecondPerDevice",
+        # Strings the operator formats (full precision stays in .status.progress): kubectl
+        # prints a number column with every digit.
+        _column("Loss", "string", ".status.progress.display.loss",
+                "Training loss, 4 significant digits."),
+        _column("Tok/s/dev", "string", ".status.progress.display.tokensPerSecondPerDevice",
                 "Tokens per second per JAX device."),
-        _column("MFU", "number", ".status.progress.mfu", "Model FLOPs utilization (0-1)."),
+        _column("MFU", "string", ".status.progress.display.mfu",
+                "Model FLOPs utilization, percent."),
         _column("Restarts", "integer", ".status.restarts", "Restarts so far."),
+        _column("Reason", "string", ".status.failure.reason",
+                "Why the job failed or was refused."),
         _column("Age", "date", ".metadata.creationTimestamp", "Time since creation."),
         _column("Slices", "integer", ".spec.slices", "Number of slices.", priority=1),
         _column("TFLOP/s/dev", "number", ".status.progress.tflopsPerDevice",
                 "Model TFLOP/s per JAX device.", priority=1),
-        _column("Reason", "string", ".status.failure.reason", "Why the job failed.", priority=1),
     ]
 
 

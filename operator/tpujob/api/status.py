@@ -56,6 +56,10 @@ class FailureReason(StrEnum):
     """Why a job failed or was refused, as read from the trainer's exit and the cluster."""
 
     INVALID_SPEC = "InvalidSpec"
+    INVALID_SLICE = "InvalidSlice"      # the refusals of the pre-flight check, by what it found
+    INVALID_MESH = "InvalidMesh"
+    INVALID_BATCH = "InvalidBatch"
+    INVALID_NAME = "InvalidName"
     CONFIG_ERROR = "ConfigError"
     OUT_OF_MEMORY = "OutOfMemory"
     PREEMPTED = "Preempted"
@@ -97,6 +101,32 @@ class SliceStatus(ApiModel):
     processes: int = Field(0, ge=0, description="JAX processes (containers), all slices together.")
 
 
+class ProgressDisplay(ApiModel):
+    """The progress as `kubectl get tpujobs` prints it (the numbers above keep full
+    precision)."""
+
+    loss: str | None = Field(None, description="Loss to 4 significant digits.")
+    tokens_per_second_per_device: str | None = Field(
+        None, description="Tokens per second per device, a whole number.")
+    mfu: str | None = Field(None, description="MFU as a percent.")
+
+
+def display_of(loss: float | None, tokens_per_second: float | None, mfu: float | None
+               ) -> ProgressDisplay:
+    """`1.7577435970306396` -> `1.758`, `5425.809674792159` -> `5426`, `2.2e-05` ->
+    `0.0022%`."""
+    def percent(value: float) -> str:
+        text = f"{value * 100:.2g}" if value * 100 < 1 else f"{value * 100:.1f}"
+        if "e" in text:
+            text = f"{value * 100:.6f}".rstrip("0").rstrip(".")
+        return f"{text}%"
+    return ProgressDisplay(
+        loss=None if loss is None else f"{loss:.4g}",
+        tokens_per_second_per_device=None if tokens_per_second is None
+        else f"{tokens_per_second:.0f}",
+        mfu=None if mfu is None else percent(mfu))
+
+
 class Progress(ApiModel):
     """Training progress as reported by process 0 of the trainer."""
 
@@ -115,6 +145,8 @@ class Progress(ApiModel):
     last_update_time: Timestamp | None = Field(None, description="When progress was last read.")
     last_step_time: Timestamp | None = Field(
         None, description="When step last changed (what stall detection measures from).")
+    display: ProgressDisplay | None = Field(
+        None, description="Loss, tokens/s and MFU as `kubectl get` prints them.")
 
 
 class Failure(ApiModel):
@@ -172,5 +204,5 @@ def find_condition(conditions: list[Condition], type_: str) -> Condition | None:
 
 __all__ = [
     "Condition", "ConditionStatus", "ConditionType", "Failure", "FailureReason", "Phase",
-    "Progress", "SliceStatus", "TpuTrainingJobStatus", "build_conditions", "find_condition",
+    "Progress", "ProgressDisplay", "SliceStatus", "display_of", "TpuTrainingJobStatus", "build_conditions", "find_condition",
 ]

@@ -26,6 +26,7 @@ from tpujob.api.status import (
     SliceStatus,
     TpuTrainingJobStatus,
     build_conditions,
+    display_of,
     find_condition,
 )
 from tpujob.controller.observe import JobSetState, ProgressReading
@@ -162,12 +163,19 @@ def _progress(prev: Progress | None, reading: ProgressReading | None, now: datet
         return prev
     # The first reading of an attempt only sets the mark; a step is counted when it changes.
     moved = prev is not None and prev.step != reading.step and reading.training
-    return Progress(step=reading.step, total_steps=reading.total_steps, loss=reading.loss,
+    step = reading.step
+    if not reading.training and step == 0 and prev is not None and prev.last_checkpoint_step:
+        # A restarted process reports 0 until it has restored: the run goes on from the
+        # newest checkpoint, so that is the step to show.
+        step = max(prev.last_checkpoint_step, reading.last_checkpoint_step or 0)
+    return Progress(step=step, total_steps=reading.total_steps, loss=reading.loss,
                     step_time_seconds=reading.step_time_s,
                     tokens_per_second_per_device=reading.tokens_per_s_per_device,
                     tflops_per_device=reading.tflops_per_device, mfu=reading.mfu,
                     last_checkpoint_step=reading.last_checkpoint_step, last_update_time=now,
-                    last_step_time=now if moved else (prev.last_step_time if prev else None))
+                    last_step_time=now if moved else (prev.last_step_time if prev else None),
+                    display=display_of(reading.loss, reading.tokens_per_s_per_device,
+                                       reading.mfu))
 
 
 def stall_deadline(spec: TpuTrainingJobSpec, running_since: datetime,
@@ -184,6 +192,15 @@ def stall_deadline(spec: TpuTrainingJobSpec, running_since: datetime,
     return last_step + timedelta(seconds=spec.stall_timeout_seconds)
 
 
+def _refusal_reason(reason: str) -> FailureReason:
+    """The pre-flight check's own reason (InvalidSlice, InvalidMesh, ConfigError, OutOfMemory,
+    ...), so that `kubectl get tpujobs` says what is wrong; InvalidSpec for any other."""
+    try:
+        return FailureReason(reason)
+    except ValueError:
+        return FailureReason.INVALID_SPEC
+
+
 def _fail(b: _Builder, reason: FailureReason, message: str) -> Decision:
     b.status.failure = Failure(reason=reason, message=message)
     b.set(ConditionType.FAILED, True, reason.value, message)
@@ -197,7 +214,8 @@ def decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
     b = _Builder(prev, obs)
     verdict, js = obs.verdict, obs.jobset
     if not verdict.valid and not js.exists:
-        b.status.failure = Failure(reason=FailureReason.INVALID_SPEC, message=verdict.message)
+        b.status.failure = Failure(reason=_refusal_reason(verdict.reason),
+                                   message=verdict.message)
         b.set(ConditionType.VALID, False, verdict.reason, verdict.message)
         return b.finish(Phase.INVALID, verdict.message)
     if prev.phase == Phase.INVALID:  # fixed by an update: start over
@@ -284,6 +302,10 @@ def decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
     if not js.all_ready:
         phase = Phase.RESTARTING if b.status.restarts else Phase.STARTING
         return b.finish(phase, f"{js.ready_jobs} of {js.jobs} slices have every host running")
+    if b.status.restarts > prev.restarts:
+        # Seen only once every host already runs again: Restarting for this write at least.
+        return b.finish(Phase.RESTARTING, f"restart {b.status.restarts}: every host is running "
+                                          "again")
     return _supervise(b, spec)
 
 
