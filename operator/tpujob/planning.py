@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from tpujob_plan.errors import PlanError
 from tpujob_plan.memory import MemoryEstimate, choose_remat, estimate_memory
-from tpujob_plan.mesh import MeshPlan, parse_axes, plan_mesh
+from tpujob_plan.mesh import MeshPlan, batch_split_error, parse_axes, plan_mesh
 from tpujob_plan.model_shape import PRESETS, ModelShape
 from tpujob_plan.slice_plan import SlicePlan, plan_slice
 
@@ -85,6 +85,7 @@ class SliceResult:
     memory: MemoryEstimate | None = None
     model: ModelRequest | None = None
     error: str | None = None
+    batch_error: str | None = None  # the batch does not split over the batch shards
 
     @property
     def ok(self) -> bool:
@@ -94,7 +95,8 @@ class SliceResult:
     def fits(self) -> bool:
         """The mesh is valid and the model (if any) fits in HBM."""
         mesh_ok = self.mesh is None or self.mesh.valid
-        return self.ok and mesh_ok and (self.memory is None or bool(self.memory.fits))
+        return self.ok and mesh_ok and self.batch_error is None and \
+            (self.memory is None or bool(self.memory.fits))
 
     def to_dict(self) -> dict:
         p = self.plan
@@ -132,6 +134,8 @@ class SliceResult:
             out["memory"] = self.memory.to_dict() | {
                 "model": self.model.label, "params": self.model.shape.total_params,
                 "globalBatch": self._global_batch(), "seqLen": self.model.seq_len}
+            if self.batch_error:
+                out["memory"]["batchError"] = self.batch_error
         return out
 
     def _global_batch(self) -> int:
@@ -152,9 +156,12 @@ def plan_one(slice_name: str, request: PlanRequest) -> SliceResult:
     if request.model is None:
         return result
     axes = mesh.axes if mesh.error is None or mesh.suggestions else {"fsdp": plan.devices}
+    model = request.model
+    # Refused by the operator too (InvalidBatch): the same rule, the same words.
+    batch_error = batch_split_error(model.global_batch or plan.devices, model.grad_accum, axes)
     return SliceResult(requested=slice_name, plan=plan, mesh=mesh,
-                       mesh_requested=request.has_mesh, model=request.model,
-                       memory=_estimate(plan, axes, request.model))
+                       mesh_requested=request.has_mesh, model=model,
+                       memory=_estimate(plan, axes, model), batch_error=batch_error)
 
 
 def _estimate(plan: SlicePlan, axes: dict[str, int], model: ModelRequest) -> MemoryEstimate:

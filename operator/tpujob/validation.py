@@ -21,7 +21,7 @@ from tpujob.builders.names import host_fqdn
 from tpujob.builders.trainer_config import build_trainer_config
 from tpujob_plan.errors import PlanError
 from tpujob_plan.memory import REMAT_POLICIES, choose_remat, estimate_memory
-from tpujob_plan.mesh import MeshPlan, format_axes, plan_mesh
+from tpujob_plan.mesh import MeshPlan, batch_split_error, format_axes, plan_mesh
 from tpujob_plan.slice_plan import SlicePlan, plan_slice
 
 GIB = 1024**3
@@ -118,15 +118,11 @@ def _validate_trainer(job: TpuTrainingJob, plan: SlicePlan, mesh: MeshPlan) -> V
     except ConfigError as err:
         return Verdict.refuse("ConfigError", "spec.trainer.config", "; ".join(err.problems),
                               job=job, plan=plan, mesh=mesh)
-    batch_shards = mesh.axes["data"] * mesh.axes["fsdp"] * mesh.axes["expert"]
-    micro_batch = config.train.global_batch // config.train.grad_accum
-    if micro_batch % batch_shards:
-        return Verdict.refuse(
-            "InvalidBatch", "spec.trainer.config.train.global_batch",
-            f"a batch of {micro_batch} sequences (global_batch / grad_accum) must split evenly "
-            f"over the {batch_shards} batch shards (data x fsdp x expert = "
-            f"{format_axes({a: mesh.axes[a] for a in ('data', 'fsdp', 'expert')})}); use a "
-            f"multiple of {batch_shards}", job=job, plan=plan, mesh=mesh)
+    batch_error = batch_split_error(config.train.global_batch, config.train.grad_accum,
+                                    mesh.axes)
+    if batch_error:
+        return Verdict.refuse("InvalidBatch", "spec.trainer.config.train.global_batch",
+                              batch_error, job=job, plan=plan, mesh=mesh)
     shape = config.model.to_shape()
     kwargs = dict(global_batch=config.train.global_batch, seq_len=config.train.seq_len,
                   mesh=mesh.axes, optimizer=config.optimizer.kind,

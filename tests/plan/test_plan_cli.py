@@ -124,3 +124,53 @@ def test_multislice():
     p = json.loads(r.stdout)[0]
     assert (p["slices"], p["processes"], p["totalDevices"]) == (2, 8, 32)
     assert p["mesh"]["dcn"]["data"] == 2 and p["mesh"]["axes"]["data"] == 2
+
+
+def test_a_reader_that_goes_away_ends_it_quietly():
+    # `tpujob plan ... | head`: the pipe's reader is gone before anything is written.
+    exe = shutil.which("tpujob", path=os.path.dirname(sys.executable)) or "tpujob"
+    read_end, write_end = os.pipe()
+    os.close(read_end)
+    try:
+        result = subprocess.run([exe, "plan", "v6e-16", "tpu7x-64", "v5p-128"], stdout=write_end,
+                                stderr=subprocess.PIPE, text=True, timeout=60)
+    finally:
+        os.close(write_end)
+    assert result.stderr == ""
+    assert result.returncode == 141
+
+
+def test_plan_and_the_operator_refuse_the_same_batch():
+    from tpujob.validation import validate_job
+    message = ("a batch of 6 sequences (global_batch / grad_accum) must split evenly over the "
+               "16 batch shards (data x fsdp x expert = fsdp=16); use a multiple of 16")
+    planned = tpujob("plan", "v6e-16", "--model", "llama3-8b", "--batch", "6", "--seq", "1024")
+    assert planned.returncode == 2
+    assert f"batch           INVALID: {message}" in planned.stdout
+    verdict = validate_job({
+        "apiVersion": "tpujob.dev/v1alpha1", "kind": "TpuTrainingJob",
+        "metadata": {"name": "j", "namespace": "ns"},
+        "spec": {"slice": "v6e-16", "image": "t:1", "output": "gs://bucket/run",
+                 "trainer": {"config": {"model": {"vocab_size": 256, "d_model": 64,
+                                                  "n_layers": 2, "n_heads": 4, "n_kv_heads": 2,
+                                                  "head_dim": 16, "mlp_dim": 128},
+                                        "train": {"steps": 10, "global_batch": 6,
+                                                  "seq_len": 64}}}}})
+    assert (verdict.reason, verdict.message) == (
+        "InvalidBatch", f"spec.trainer.config.train.global_batch: {message}")
+    assert tpujob("plan", "v6e-16", "--model", "llama3-8b", "--batch", "16", "--seq",
+                  "1024").returncode == 0
+
+
+@pytest.mark.parametrize("remat, hint", [
+    ("full", "more fsdp/tensor sharding, a larger slice, a smaller batch, or gradient "
+             "accumulation"),
+    ("none", "more fsdp/tensor sharding, a larger slice, remat full, a smaller batch, or "
+             "gradient accumulation"),
+])
+def test_the_fit_hint_leaves_out_what_the_plan_already_uses(remat, hint):
+    from tpujob.cli.plan_render import fit_hints
+    assert fit_hints(remat) == hint
+    planned = tpujob("plan", "v6e-16", "--model", "llama3-8b", "--batch", "64", "--seq", "8192",
+                     "--remat", remat)
+    assert planned.returncode == 2 and f"  to fit          {hint}" in planned.stdout

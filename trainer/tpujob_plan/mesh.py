@@ -204,3 +204,17 @@ def format_axes(sizes: Mapping[str, int]) -> str:
     """{"fsdp": 16, "tensor": 4, "data": 1} -> "fsdp=16,tensor=4" (axes of size 1 left out)."""
     shown = [f"{a}={s}" for a, s in sizes.items() if s != 1]
     return ",".join(shown) or "(all 1)"
+
+
+def batch_split_error(global_batch: int, grad_accum: int, axes: Mapping[str, int]) -> str | None:
+    """Why a batch cannot be split over the mesh's batch shards (data x fsdp x expert), or None:
+    each step's (micro)batch of global_batch / grad_accum sequences must split evenly. The
+    operator refuses such a job and `tpujob plan` says the same."""
+    shards = {a: int(axes.get(a, 1)) for a in ("data", "fsdp", "expert")}
+    batch_shards = shards["data"] * shards["fsdp"] * shards["expert"]
+    micro_batch = global_batch // max(grad_accum, 1)
+    if micro_batch % batch_shards == 0:
+        return None
+    return (f"a batch of {micro_batch} sequences (global_batch / grad_accum) must split evenly "
+            f"over the {batch_shards} batch shards (data x fsdp x expert = "
+            f"{format_axes(shards)}); use a multiple of {batch_shards}")

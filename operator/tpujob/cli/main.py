@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 # Subcommand name -> module that defines `register(subparsers)`; the parser it registers sets
@@ -27,9 +28,20 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+# Exit status of a command whose reader went away (`tpujob plan ... | head`): that of a
+# program ended by SIGPIPE, as the shell reports it.
+EXIT_BROKEN_PIPE = 128 + 13
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        return int(args.func(args) or 0)
+    except BrokenPipeError:
+        # Quietly, as Unix tools end: no traceback, and nothing more written at exit (Python
+        # flushes stdout then, which would fail again), as the Python documentation advises.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -77,8 +77,19 @@ def _memory_lines(r: SliceResult) -> list[str]:
            f"usable: {verdict}"]
     parts = sorted(e.breakdown.items(), key=lambda kv: -kv[1])
     out.append("  breakdown       " + ", ".join(f"{k} {v / GIB:.2f} GiB" for k, v in parts))
-    out += [f"  note            {n}" for n in e.notes]
+    if r.batch_error:
+        out.append(f"  batch           INVALID: {r.batch_error}")
+    out += [f"  note            {n}" for n in e.notes if "batch shards" not in n or
+            not r.batch_error]
     if not e.fits:
-        out.append("  to fit          more fsdp/tensor sharding, a larger slice, remat full, a "
-                   "smaller batch, or gradient accumulation")
+        out.append("  to fit          " + fit_hints(e.remat))
     return out
+
+
+def fit_hints(remat: str) -> str:
+    """What could make a model fit, leaving out what the plan already does."""
+    hints = ["more fsdp/tensor sharding", "a larger slice"]
+    if remat != "full":
+        hints.append("remat full")
+    hints += ["a smaller batch", "gradient accumulation"]
+    return ", ".join(hints[:-1]) + ", or " + hints[-1]
