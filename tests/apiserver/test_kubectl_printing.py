@@ -125,13 +125,16 @@ def test_pods_jobs_and_events_columns(kube: Kube, kubectl) -> None:
         body = build_event(Event({"apiVersion": "v1", "kind": "Pod",
                                   "metadata": {"name": running, "namespace": ns, "uid": "u"}},
                                  "Normal", reason, f"phase {reason}", "test"), time.time())
-        body["firstTimestamp"] = body["lastTimestamp"] = stamp
+        # The kubernetes Python client sends times as +00:00 (the operator's Events).
+        body["firstTimestamp"] = body["lastTimestamp"] = \
+            stamp if reason != "Running" else stamp.replace("Z", "+00:00")
         r = kube.request("POST", f"/api/v1/namespaces/{ns}/events", json=body)
         assert r.status_code == 201, r.text
     events = kubectl("get", "events", f"--field-selector=involvedObject.name={running}")
     lines = events.splitlines()
     assert lines[0].split() == ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"]
     assert [line.split()[2] for line in lines[1:]] == reasons
+    assert all(line.split()[0].endswith("s") for line in lines[1:]), lines  # not <unknown>
     assert lines[1].split()[1:] == ["Normal", "Created", f"pod/{running}", "phase", "Created"]
 
 

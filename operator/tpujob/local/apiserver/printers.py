@@ -18,10 +18,12 @@ def _col(name: str, description: str, priority: int = 0, fmt: str = "") -> dict[
 
 
 def _parse(stamp: Any) -> datetime | None:
+    """An RFC 3339 time (`Z` or an offset, fractions allowed: clients send all of them)."""
     try:
-        return datetime.strptime(str(stamp), "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC)
+        when = datetime.fromisoformat(str(stamp))
     except ValueError:
         return None
+    return when if when.tzinfo is not None else when.replace(tzinfo=UTC)
 
 
 def _since(stamp: Any, now: datetime, human: Callable[[float], str]) -> str:
@@ -184,19 +186,11 @@ def event_last_seen(event: dict[str, Any], now: datetime, human) -> str:
     last = event.get("lastTimestamp") or event.get("eventTime") or \
         (event.get("series") or {}).get("lastObservedTime")
     count = int(event.get("count") or 0)
-    seen = _since(_seconds(last), now, human)
+    seen = _since(last, now, human)
     if count > 1:
-        first = _since(_seconds(event.get("firstTimestamp") or event.get("eventTime")), now,
-                       human)
+        first = _since(event.get("firstTimestamp") or event.get("eventTime"), now, human)
         return f"{seen} (x{count} over {first})"
     return seen
-
-
-def _seconds(stamp: Any) -> Any:
-    # eventTime carries microseconds (MicroTime); ages are counted in seconds.
-    if isinstance(stamp, str) and "." in stamp:
-        return stamp.split(".")[0] + "Z"
-    return stamp
 
 
 def event_columns(human) -> list[Column]:
@@ -224,8 +218,8 @@ def event_columns(human) -> list[Column]:
               "operation."), lambda e: (e.get("message") or "").strip()),
         (_col("First Seen", "Deprecated field assuring backward compatibility with core.v1 "
               "Event type", 1),
-         lambda e: _since(_seconds(e.get("firstTimestamp") or e.get("eventTime")),
-                          datetime.now(UTC), human)),
+         lambda e: _since(e.get("firstTimestamp") or e.get("eventTime"), datetime.now(UTC),
+                          human)),
         (_col("Count", "Deprecated field assuring backward compatibility with core.v1 Event "
               "type", 1), lambda e: str(e.get("count") or 1)),
         (_col("Name", "Name must be unique within a namespace.", 1, "name"),
