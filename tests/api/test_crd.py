@@ -154,7 +154,8 @@ def test_status_schema(root_schema):
     progress = set(status["properties"]["progress"]["properties"])
     assert progress == {"step", "totalSteps", "loss", "stepTimeSeconds",
                         "tokensPerSecondPerDevice", "tflopsPerDevice", "mfu",
-                        "lastCheckpointStep", "lastUpdateTime", "lastStepTime", "display"}
+                        "lastCheckpointStep", "lastUpdateTime", "lastStepTime", "display",
+                        "trainerPhase"}
     assert {"hosts", "chips", "devices"} <= set(status["properties"]["slice"]["properties"])
 
 

@@ -257,9 +257,10 @@ def test_a_restart_seen_with_every_host_running_again_is_restarting_for_one_writ
 
 def test_after_a_restart_step_shows_the_checkpoint_the_run_resumes_from():
     prev = running_status(T0, Progress(step=37, loss=2.0, last_checkpoint_step=20))
-    restoring = ProgressReading(step=0, training=False, last_checkpoint_step=None)
+    restoring = ProgressReading(step=0, training=False, last_checkpoint_step=None,
+                                trainer_phase="compiling")
     d = decide(prev, obs(js(ready_jobs=1), now=T0 + timedelta(seconds=5), progress=restoring))
-    assert d.status.progress.step == 20
+    assert d.status.progress.step == 20 and d.status.progress.trainer_phase == "compiling"
     resumed = ProgressReading(step=21, last_checkpoint_step=20)
     d2 = decide(d.status, obs(js(ready_jobs=1), now=T0 + timedelta(seconds=9), progress=resumed))
     assert d2.status.progress.step == 21

@@ -101,3 +101,17 @@ def test_reading_a_file_of_objects(tmp_path):
         path.write_text(text)
         with pytest.raises(ManifestError, match=problem):
             load_documents(path)
+
+
+@pytest.mark.parametrize("trainer_phase, shown", [
+    ("compiling", "quickstart  Running     compiling  0:12"),
+    ("initializing", "quickstart  Running     initializing  0:12"),
+])
+def test_the_line_says_what_the_trainer_does_before_its_first_step(trainer_phase, shown):
+    starting = job(step=0)
+    starting["status"]["progress"]["trainerPhase"] = trainer_phase
+    assert build_job_line(starting, 12) == shown
+    assert build_job_line(job(), 12) == "quickstart  Running     starting  0:12"
+    training = job(step=3)
+    training["status"]["progress"]["trainerPhase"] = "training"
+    assert "3/60" in build_job_line(training, 12)

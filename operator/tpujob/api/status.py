@@ -145,6 +145,9 @@ class Progress(ApiModel):
     last_update_time: Timestamp | None = Field(None, description="When progress was last read.")
     last_step_time: Timestamp | None = Field(
         None, description="When step last changed (what stall detection measures from).")
+    trainer_phase: str | None = Field(
+        None, max_length=63, description="What process 0 of the trainer is doing, in its own "
+        "words: starting, initializing, compiling, training.")
     display: ProgressDisplay | None = Field(
         None, description="Loss, tokens/s and MFU as `kubectl get` prints them.")
 

@@ -174,6 +174,7 @@ def _progress(prev: Progress | None, reading: ProgressReading | None, now: datet
                     tflops_per_device=reading.tflops_per_device, mfu=reading.mfu,
                     last_checkpoint_step=reading.last_checkpoint_step, last_update_time=now,
                     last_step_time=now if moved else (prev.last_step_time if prev else None),
+                    trainer_phase=reading.trainer_phase,
                     display=display_of(reading.loss, reading.tokens_per_s_per_device,
                                        reading.mfu))
 

@@ -207,6 +207,7 @@ class ProgressReading:
     mfu: float | None = None
     last_checkpoint_step: int | None = None
     training: bool = True   # False while the process starts, restores or compiles
+    trainer_phase: str | None = None  # the trainer's own word: starting, compiling, training...
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> ProgressReading | None:
@@ -230,7 +231,9 @@ class ProgressReading:
                    tokens_per_s_per_device=num("tokens_per_s_per_device"),
                    tflops_per_device=num("tflops_per_device"), mfu=num("mfu"),
                    last_checkpoint_step=count("last_checkpoint_step"),
-                   training=doc.get("phase") not in ("starting", "initializing", "compiling"))
+                   training=doc.get("phase") not in ("starting", "initializing", "compiling"),
+                   trainer_phase=doc["phase"][:63] if isinstance(doc.get("phase"), str)
+                   and doc["phase"] else None)
 
 
 def find_process_zero(pods: list[dict[str, Any]]) -> tuple[str, int] | None:

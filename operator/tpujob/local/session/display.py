@@ -53,7 +53,13 @@ def build_job_line(job: dict[str, Any], elapsed_s: float, bar: bool = True) -> s
     progress = status.get("progress") or {}
     parts = [f"{name}  {phase:<10}"]
     step, total = int(progress.get("step") or 0), progress.get("totalSteps")
-    if progress:
+    doing = progress.get("trainerPhase")
+    if phase in ("Running", "Restarting") and doing and doing != "training":
+        # Not stepping yet: say what it does instead of sitting at 0/N.
+        parts.append(doing)
+    elif phase == "Running" and not progress:
+        parts.append("starting")
+    if progress and not (doing and doing != "training"):
         if bar:
             parts.append(build_bar(step, total))
         parts.append(f"{step}/{total}" if total else f"step {step}")
