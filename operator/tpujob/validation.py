@@ -116,7 +116,7 @@ def _validate_trainer(job: TpuTrainingJob, plan: SlicePlan, mesh: MeshPlan) -> V
     try:
         config = TrainerConfig.from_dict(build_trainer_config(spec), spec.trainer.overrides)
     except ConfigError as err:
-        return Verdict.refuse("ConfigError", "spec.trainer.config", "; ".join(err.problems),
+        return Verdict.refuse("ConfigError", _config_error_field(spec), "; ".join(err.problems),
                               job=job, plan=plan, mesh=mesh)
     batch_error = batch_split_error(config.train.global_batch, config.train.grad_accum,
                                     mesh.axes)
@@ -144,3 +144,18 @@ def _validate_trainer(job: TpuTrainingJob, plan: SlicePlan, mesh: MeshPlan) -> V
             f"{(estimate.usable_bytes or 0) / GIB:.1f} GiB usable; shard more (fsdp, tensor), "
             f"use a larger slice, a smaller batch{better}", job=job, plan=plan, mesh=mesh)
     return Verdict(True, job=job, plan=plan, mesh=mesh)
+
+
+def _config_error_field(spec) -> str:
+    """Where a trainer config error comes from: `spec.trainer.overrides[i]` for the first
+    override that breaks a config that is valid without it, else `spec.trainer.config`."""
+    from tpujob_trainer.config import ConfigError, TrainerConfig
+
+    overrides = list(spec.trainer.overrides or ())
+    base = build_trainer_config(spec)
+    for count in range(len(overrides) + 1):
+        try:
+            TrainerConfig.from_dict(base, overrides[:count])
+        except ConfigError:
+            return "spec.trainer.config" if count == 0 else f"spec.trainer.overrides[{count - 1}]"
+    return "spec.trainer.config"

@@ -44,7 +44,7 @@ def _job(**spec) -> dict:
         (dict(trainer={"config": TINY | {"train": {"stepz": 3}}}), "ConfigError",
          "spec.trainer.config", "train.stepz"),
         (dict(trainer={"config": TINY, "overrides": ["model.d_model=-1"]}), "ConfigError",
-         "spec.trainer.config", "model.d_model"),
+         "spec.trainer.overrides[0]", "model.d_model"),
         (dict(trainer={"config": TINY | {"train": {"global_batch": 12, "seq_len": 64}}}),
          "InvalidBatch", "spec.trainer.config.train.global_batch", "multiple of 16"),
         (dict(slice="v6e-4", trainer={"config": {
