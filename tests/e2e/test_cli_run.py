@@ -71,7 +71,7 @@ def test_an_invalid_job_is_refused_with_the_field_and_exits_1(tmp_path):
                     ("bad", stand_in(SLEEP, parallelism={"ici": {"tensor": 3}})))
     run = local_run(str(file), "--timeout", "60")
     assert run.returncode == 1, run.stdout + run.stderr
-    assert "bad invalid: InvalidSpec: spec.parallelism.ici: axes multiply to 3" in run.stderr
+    assert "bad invalid: InvalidMesh: spec.parallelism.ici: axes multiply to 3" in run.stderr
     assert "Warning Invalid" in run.stdout
     assert "work directory kept" not in run.stderr
 

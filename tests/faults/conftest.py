@@ -113,7 +113,7 @@ def assert_every_job_ended_right(cluster: Cluster, valid: list[str], invalid: li
     for n in invalid:
         status = jobs[n]["status"]
         assert status["phase"] == "Invalid", (n, status)
-        assert status["failure"]["reason"] == "InvalidSpec", (n, status)
+        assert status["failure"]["reason"] == "InvalidSlice", (n, status)
         assert "spec.slice" in status["failure"]["message"], (n, status)
 
     jobsets = {js["metadata"]["name"]: js for js in

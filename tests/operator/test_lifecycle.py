@@ -66,7 +66,7 @@ def test_invalid_job_is_refused_and_nothing_is_created(cluster, operator):
     n = name()
     cluster.create_job(n, slice="v6e-12")
     status = cluster.wait_phase(n, "Invalid")["status"]
-    assert status["failure"]["reason"] == "InvalidSpec"
+    assert status["failure"]["reason"] == "InvalidSlice"
     assert "spec.slice" in status["failure"]["message"]
     assert "v6e-16" in status["failure"]["message"]  # what would be valid
     valid = next(c for c in status["conditions"] if c["type"] == "Valid")
