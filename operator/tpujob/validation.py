@@ -64,10 +64,10 @@ def validate_job(obj: dict[str, Any]) -> Verdict:
     spec = job.spec
     try:
         plan = plan_slice(spec.slice, slices=spec.slices, machine_type=spec.machine_type,
-                          field="spec.slice")
+                          containers_per_host=spec.containers_per_host, field="spec.slice")
     except PlanError as err:
-        field = {"slices": "spec.slices", "machineType": "spec.machineType"}.get(err.field,
-                                                                                 err.field)
+        field = {"slices": "spec.slices", "machineType": "spec.machineType",
+                 "containersPerHost": "spec.containersPerHost"}.get(err.field, err.field)
         return Verdict.refuse("InvalidSlice", field, err.message, job=job)
     longest = host_fqdn(job.metadata.get("name", ""), plan.slices - 1, plan.hosts - 1)
     if len(longest.split(".", 1)[0]) > MAX_HOSTNAME:

@@ -241,3 +241,26 @@ def test_blocked_children_keep_the_job_pending_with_one_warning():
     assert d.status.phase == Phase.PENDING and d.actions == []
     assert [e.reason for e in d.events] == ["Conflict"]
     assert decide(d.status, obs(blocked=blocked)).events == []
+
+
+LOG_SPEC = {"trainer": {"command": ["python", "-m", "maxtext.train"],
+                        "progress": {"source": "log", "format": "maxtext"}}}
+
+
+def test_custom_trainer_with_log_progress_is_judged_by_the_first_step_allowance():
+    prev = decide(status(Phase.STARTING), obs(js(ready_jobs=1), spec=LOG_SPEC)).status
+    d = decide(prev, obs(js(ready_jobs=1), spec=LOG_SPEC, now=T0 + timedelta(seconds=1300)))
+    assert d.status.phase == Phase.RESTARTING and d.actions == [Action.RESTART]
+
+
+def test_an_unreadable_progress_line_is_a_condition_not_a_failure():
+    prev = decide(status(Phase.STARTING), obs(js(ready_jobs=1), spec=LOG_SPEC)).status
+    problem = "process 0's log has a maxtext progress line that cannot be read: seconds 'x'"
+    d = decide(prev, obs(js(ready_jobs=1), spec=LOG_SPEC, now=T0 + timedelta(seconds=5),
+                         progress_problem=problem))
+    assert d.status.phase == Phase.RUNNING and d.actions == []
+    c = cond(d, "ProgressReadable")
+    assert (c.status, c.reason, c.message) == ("False", "UnreadableProgressLine", problem)
+    d2 = decide(d.status, obs(js(ready_jobs=1), spec=LOG_SPEC, now=T0 + timedelta(seconds=9),
+                              progress=ProgressReading(step=3, loss=2.0)))
+    assert cond(d2, "ProgressReadable").status == "True" and d2.status.progress.step == 3

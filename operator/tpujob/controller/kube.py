@@ -180,6 +180,20 @@ class KubeApi:
                           namespace, label_selector=selector)
         return [self.api.sanitize_for_serialization(p) for p in pods.items]
 
+    def read_pod_log(self, namespace: str, pod: str, container: str, tail_lines: int,
+                     since_seconds: int) -> str | None:
+        """The end of a container's log (pods/log), or None when the pod or log is not there."""
+        try:
+            return self._get_or_none(
+                f"read the log of {namespace}/{pod}/{container}",
+                lambda *a, **kw: self.core.read_namespaced_pod_log(
+                    pod, namespace, *a, container=container, tail_lines=tail_lines,
+                    since_seconds=since_seconds, **kw))
+        except ApiRefused as err:
+            if err.status == 400:  # the container has not started: no log yet
+                return None
+            raise
+
     # -- ConfigMap -------------------------------------------------------------------------
     def apply_config_map(self, body: dict[str, Any]) -> None:
         """Create the trainer's ConfigMap, or bring its data up to date."""

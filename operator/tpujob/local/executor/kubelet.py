@@ -35,6 +35,7 @@ from .objects import find_condition, format_time, is_deleting, is_pod_terminal, 
 from .podenv import ContainerConfigError, Lookup, PathMap, expand_command, resolve_env
 from .settings import ExecutorSettings
 from .spawn import popen_tied
+from .tpu_webhook import build_tpu_webhook_env
 
 log = logging.getLogger(__name__)
 
@@ -385,12 +386,21 @@ class Kubelet:
         base.update(self.settings.extra_env)
         base["HOSTNAME"] = spec.get("hostname") or run.key[1]
         pod = _with_addresses(run.pod, run.ip)
-        env = resolve_env(pod, c.spec, self.lookup, base)
         ns = run.key[0]
+        # What GKE's TPU webhook would have added to the pod spec (the container's own env wins).
+        base.update({k: self.network.rewrite(ns, v)
+                     for k, v in build_tpu_webhook_env(pod, self._owner_job(pod)).items()})
+        env = resolve_env(pod, c.spec, self.lookup, base)
         for k, v in env.items():
             if base.get(k) != v:
                 env[k] = self.network.rewrite(ns, paths.apply(v))
         return apply_local_overrides(env, run.ip, str(c.term_path), self.settings)
+
+    def _owner_job(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        for ref in meta(pod).get("ownerReferences") or []:
+            if ref.get("kind") == "Job" and ref.get("controller"):
+                return self.lookup("Job", meta(pod).get("namespace", ""), ref.get("name", ""))
+        return None
 
     # -- inspection --------------------------------------------------------------------------
 
