@@ -206,8 +206,7 @@ def decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
         b.status.completion_time = None
     spec = verdict.job.spec if verdict.job is not None else None
     if verdict.valid:
-        b.set(ConditionType.VALID, True, "Valid", "slice, mesh, trainer config and memory "
-                                                  "checked")
+        b.set(ConditionType.VALID, True, "Valid", verdict.checked)
         b.status.slice = _slice_status(verdict)
     if obs.blocked is not None and not js.exists:
         reason, message = obs.blocked
