@@ -53,3 +53,16 @@ def test_jax_on_cpu_ignores_the_tpu_worker_variables():
                          timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("containers, webhook, expected", [
+    ([TPU], {"TPU_WORKER_ID": "0"}, {"JAX_FORCE_TPU_INIT": "1", "MEGASCALE_NUM_SLICES": "1",
+                                     "MEGASCALE_SLICE_ID": "0"}),
+    ([TPU, TPU], {"TPU_WORKER_ID": "0"}, {}),   # two processes per host: host index != process
+    ([TPU], {}, {}),                            # not a pod the webhook serves
+])
+def test_local_jax_env(containers, webhook, expected):
+    from tpujob.local.executor.tpu_webhook import build_local_jax_env
+    pod = {"spec": {"containers": [{"name": f"c{i}", **c} for i, c in enumerate(containers)]}}
+    assert build_local_jax_env(pod, webhook) == expected

@@ -35,7 +35,7 @@ from .objects import find_condition, format_time, is_deleting, is_pod_terminal, 
 from .podenv import ContainerConfigError, Lookup, PathMap, expand_command, resolve_env
 from .settings import ExecutorSettings
 from .spawn import popen_tied
-from .tpu_webhook import build_tpu_webhook_env
+from .tpu_webhook import build_local_jax_env, build_tpu_webhook_env
 
 log = logging.getLogger(__name__)
 
@@ -388,8 +388,9 @@ class Kubelet:
         pod = _with_addresses(run.pod, run.ip)
         ns = run.key[0]
         # What GKE's TPU webhook would have added to the pod spec (the container's own env wins).
-        base.update({k: self.network.rewrite(ns, v)
-                     for k, v in build_tpu_webhook_env(pod, self._owner_job(pod)).items()})
+        webhook = build_tpu_webhook_env(pod, self._owner_job(pod))
+        base.update({k: self.network.rewrite(ns, v) for k, v in webhook.items()})
+        base.update(build_local_jax_env(pod, webhook))
         env = resolve_env(pod, c.spec, self.lookup, base)
         for k, v in env.items():
             if base.get(k) != v:
@@ -441,6 +442,19 @@ def apply_local_overrides(env: dict[str, str], ip: str, termination_log: str,
     elif expected is not None and processes > 0 and expected % processes == 0 and \
             not env.get(trainer_env.CPU_DEVICES):
         env[trainer_env.CPU_DEVICES] = str(expected // processes)
+    return _local_jax_env(env, ip)
+
+
+def _local_jax_env(env: dict[str, str], ip: str) -> dict[str, str]:
+    """For any JAX program (not only the built-in trainer): as many CPU devices as a TPU host
+    has chips' devices (JAX's own `JAX_NUM_CPU_DEVICES`), and JAX's coordinator bound to the
+    pod's own address (`JAX_COORDINATOR_BIND_ADDRESS`; JAX binds every interface by default,
+    where two local jobs would share the port)."""
+    if env.get(trainer_env.CPU_DEVICES) and not env.get("JAX_NUM_CPU_DEVICES"):
+        env["JAX_NUM_CPU_DEVICES"] = env[trainer_env.CPU_DEVICES]
+    coordinator = env.get("JAX_COORDINATOR_ADDRESS", "")
+    if ":" in coordinator and not env.get("JAX_COORDINATOR_BIND_ADDRESS"):
+        env["JAX_COORDINATOR_BIND_ADDRESS"] = f"{ip}:{coordinator.rsplit(':', 1)[1]}"
     return env
 
 
