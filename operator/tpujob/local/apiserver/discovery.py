@@ -58,5 +58,8 @@ def api_resource_list(registry: Registry, group: str, version: str) -> dict[str,
             resources.append({"name": f"{rtype.plural}/status", "singularName": "",
                               "namespaced": rtype.namespaced, "kind": rtype.kind,
                               "verbs": ["get", "patch", "update"]})
+        if rtype.plural == "pods" and not rtype.group:
+            resources.append({"name": "pods/log", "singularName": "", "namespaced": True,
+                              "kind": "Pod", "verbs": ["get"]})
     return {"kind": "APIResourceList", "apiVersion": "v1",
             "groupVersion": f"{group}/{version}" if group else version, "resources": resources}

@@ -70,6 +70,7 @@ class ApiServer:
         self._runner: web.AppRunner | None = None
         self._ready = threading.Event()
         self._error: BaseException | None = None
+        self._pod_logs = None
 
     @property
     def url(self) -> str:
@@ -102,6 +103,7 @@ class ApiServer:
         self.handler = ApiHandler(self.crds, bookmark_interval_s=self.bookmark_interval_s,
                                   history=self.watch_history, request_log=self.request_log,
                                   faults=self._faults)
+        self.handler.pod_logs = self._pod_logs
         await self._listen()
         self.handler.address = f"{self.host}:{self.port}"
 
@@ -184,6 +186,13 @@ class ApiServer:
         async def invoke():
             return fn(*args)
         return asyncio.run_coroutine_threadsafe(invoke(), self._loop).result(timeout=10)
+
+    def set_pod_logs(self, source) -> None:
+        """Serve `pods/log` from `source` (a `PodLogSource`: in local mode the executor's
+        kubelet); None: every pod's log is empty, as for a pod no node runs."""
+        self._pod_logs = source
+        if self.handler is not None:
+            self.handler.pod_logs = source
 
     def write_kubeconfig(self, path: str | os.PathLike, namespace: str = "default") -> Path:
         return write_kubeconfig(path, self.url, namespace)

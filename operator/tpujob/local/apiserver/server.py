@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 from aiohttp import web
 
-from . import discovery, errors, openapi, patch, table, watch
+from . import discovery, errors, openapi, patch, podlogs, table, watch
 from .errors import ApiError
 from .faults import FaultInjector, Faults, fault_error, retry_after_header
 from .requestlog import RequestInfo, RequestLog, build_record, request_info
@@ -75,6 +75,7 @@ class ApiHandler:
         self.request_log = request_log if request_log is not None else RequestLog()
         self.faults = FaultInjector(faults or Faults())
         self.in_flight: dict[int, web.Request] = {}  # id -> request being served
+        self.pod_logs: podlogs.PodLogSource | None = None  # the kubelet's part of pods/log
         self.registry = Registry()
         for rtype in BUILTINS:
             self.registry.add(rtype)
@@ -237,13 +238,19 @@ class ApiHandler:
         sub = rest[2] if len(rest) > 2 else None
         if (rtype.namespaced and name is not None and namespace is None) or \
                 (not rtype.namespaced and namespace is not None) or \
-                (sub is not None and not (sub == "status" and rtype.status_subresource)):
+                (sub is not None and not (sub == "status" and rtype.status_subresource)
+                 and not (sub == "log" and rtype.plural == "pods" and not rtype.group)):
             raise errors.resource_not_found()
         return Target(rtype, namespace, name, sub, is_watch)
 
     async def _serve(self, request: web.Request, target: Target) -> web.StreamResponse:
         method = request.method
         query = request.query
+        if target.subresource == "log":
+            if method not in ("GET", "HEAD") or target.watch:
+                raise errors.method_not_allowed(method)
+            pod = self.store.get(target.rtype, target.namespace, target.name)
+            return await podlogs.serve(request, pod, self.pod_logs)
         if method in ("GET", "HEAD") and (target.watch or _flag(query.get("watch"))):
             return await self._watch(request, target)
         if method in ("GET", "HEAD"):

@@ -26,6 +26,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tpujob.local import containerlog
+from tpujob.local.apiserver.podlogs import ContainerLog, LogUnavailable
 from tpujob_trainer import env as trainer_env
 
 from . import keys
@@ -57,7 +59,7 @@ class ContainerRun:
     last_terminated: dict[str, Any] | None = None
     waiting: tuple[str, str] | None = ("ContainerCreating", "")
     next_start: float = 0.0
-    _log_file: Any = None
+    _pump: threading.Thread | None = None  # copies the output into the log while it runs
 
     @property
     def name(self) -> str:
@@ -182,7 +184,7 @@ class Kubelet:
         phase = build_pod_status(run, time.time())["phase"]
         if run.gone or phase in (PodPhase.SUCCEEDED, PodPhase.FAILED):
             for c in run.init_containers + run.containers:
-                _close_log(c)
+                _close_log(c, timeout=0)
             self.finished[pod_uid] = self.runs.pop(pod_uid)
 
     def busy_addresses(self) -> set[str]:
@@ -311,17 +313,24 @@ class Kubelet:
         Path(workdir).mkdir(parents=True, exist_ok=True)
         c.term_path.write_bytes(b"")
         c.log_path = c.dir / f"{c.restart_count}.log"
-        c._log_file = open(c.log_path, "ab", buffering=0)  # noqa: SIM115 - kept while running
+        # Output goes through a pipe, as to a container runtime, so that each line's time is
+        # recorded (for `kubectl logs --timestamps` and `--since`).
+        read_end, write_end = os.pipe()
         try:
             c.proc = popen_tied([executable, *argv[1:]], cwd=workdir, env=env,
-                                stdin=subprocess.DEVNULL, stdout=c._log_file,
+                                stdin=subprocess.DEVNULL, stdout=write_end,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as err:
-            _close_log(c)
+            os.close(read_end)
             c.terminated = {"exitCode": 128, "reason": "StartError",
                             "startedAt": format_time(now), "finishedAt": format_time(now),
                             "message": f"failed to start {argv[0]!r}: {err}"}
             return
+        finally:
+            os.close(write_end)
+        c._pump = threading.Thread(target=containerlog.pump, args=(read_end, c.log_path),
+                                   daemon=True, name=f"log-{c.proc.pid}")
+        c._pump.start()
         c.started_at = now
         threading.Thread(target=self._await_exit, args=(c.proc,), daemon=True,
                          name=f"wait-{c.proc.pid}").start()
@@ -410,6 +419,34 @@ class Kubelet:
             candidates = [r for r in list(self.runs.values()) + list(self.finished.values())
                           if r.key == (namespace, name)]
         return max(candidates, key=lambda r: r.admitted_at) if candidates else None
+
+    def container_log(self, namespace: str, pod: str, pod_uid: str, container: str,
+                      previous: bool) -> ContainerLog | None:
+        """The kubelet's part of `pods/log` (a `PodLogSource`): the log file of the container's
+        current start, or of the one before with `previous`; refusals in the kubelet's words.
+        None when this kubelet never ran the pod."""
+        with self.lock:
+            run = self.runs.get(pod_uid) or self.finished.get(pod_uid)
+            if run is None:
+                return None
+            c = next((c for c in run.containers + run.init_containers if c.name == container),
+                     None)
+            if c is None:
+                raise LogUnavailable(f'container "{container}" in pod "{pod}" is not available')
+            if previous:
+                if not c.restart_count:
+                    raise LogUnavailable(f'previous terminated container "{container}" in pod '
+                                         f'"{pod}" not found')
+                return ContainerLog(c.dir / f"{c.restart_count - 1}.log", lambda: False)
+            if c.log_path is None:
+                if c.terminated is not None:
+                    raise LogUnavailable(f'container "{container}" in pod "{pod}" is terminated')
+                reason = (c.waiting or ("ContainerCreating", ""))[0]
+                raise LogUnavailable(f'container "{container}" in pod "{pod}" is waiting to '
+                                     f"start: {reason}")
+            proc, pump = c.proc, c._pump
+            return ContainerLog(c.log_path, lambda: (proc is not None and proc.returncode is None)
+                                or (pump is not None and pump.is_alive()))
 
     def processes(self) -> list[dict[str, Any]]:
         with self.lock:
@@ -526,10 +563,14 @@ def _signal_group(proc: subprocess.Popen | None, sig: int) -> None:
         pass
 
 
-def _close_log(c: ContainerRun) -> None:
-    if c._log_file is not None:
-        c._log_file.close()
-        c._log_file = None
+def _close_log(c: ContainerRun, timeout: float = 2.0) -> None:
+    """Wait for the output of a container whose processes are gone to be in its log (a
+    process that left the container's process group may hold the pipe open: not waited for
+    longer than `timeout`)."""
+    if c._pump is not None:
+        c._pump.join(timeout)
+        if not c._pump.is_alive():
+            c._pump = None
 
 
 def _read_text(path: Path, limit: int) -> str:

@@ -96,6 +96,7 @@ class LocalCluster:
                 overrides["cpu_devices_per_process"] = self.settings.cpu_devices_per_process
             self.executor = Executor(self.server.url, self.workdir, **overrides)
             self.executor.start()
+            self.server.set_pod_logs(self.executor.kubelet)   # kubectl logs
             # Jobs created by others (kubectl) get their output bucket too.
             if self.gcs is not None:
                 self._buckets = threading.Thread(target=self._provide_buckets,
@@ -110,6 +111,8 @@ class LocalCluster:
         """Stop the executor (and every process it started), the operator, the emulator and the
         server; each is stopped even when an earlier one fails to."""
         self._stopping.set()
+        if self.server is not None:
+            self.server.set_pod_logs(None)
         steps = [("executor", self.executor), ("operator", self.operator),
                  ("GCS emulator", self.gcs), ("API server", self.server)]
         self.executor = self.operator = self.gcs = None
