@@ -485,13 +485,16 @@ def apply_local_overrides(env: dict[str, str], ip: str, termination_log: str,
 def _local_jax_env(env: dict[str, str], ip: str) -> dict[str, str]:
     """For any JAX program (not only the built-in trainer): as many CPU devices as a TPU host
     has chips' devices (JAX's own `JAX_NUM_CPU_DEVICES`), and JAX's coordinator bound to the
-    pod's own address (`JAX_COORDINATOR_BIND_ADDRESS`; JAX binds every interface by default,
-    where two local jobs would share the port)."""
+    pod's own address (`JAX_COORDINATOR_BIND_ADDRESS`, on the port of JAX_COORDINATOR_ADDRESS,
+    else JAX_COORDINATOR_PORT; JAX binds every interface by default, where two local jobs would
+    share the port)."""
     if env.get(trainer_env.CPU_DEVICES) and not env.get("JAX_NUM_CPU_DEVICES"):
         env["JAX_NUM_CPU_DEVICES"] = env[trainer_env.CPU_DEVICES]
     coordinator = env.get("JAX_COORDINATOR_ADDRESS", "")
-    if ":" in coordinator and not env.get("JAX_COORDINATOR_BIND_ADDRESS"):
-        env["JAX_COORDINATOR_BIND_ADDRESS"] = f"{ip}:{coordinator.rsplit(':', 1)[1]}"
+    port = coordinator.rsplit(":", 1)[1] if ":" in coordinator else \
+        env.get("JAX_COORDINATOR_PORT", "")
+    if port and not env.get("JAX_COORDINATOR_BIND_ADDRESS"):
+        env["JAX_COORDINATOR_BIND_ADDRESS"] = f"{ip}:{port}"
     return env
 
 
