@@ -182,17 +182,17 @@ class KubeApi:
 
     def read_pod_log(self, namespace: str, pod: str, container: str, tail_lines: int,
                      since_seconds: int) -> str | None:
-        """The end of a container's log (pods/log), or None when the pod or log is not there."""
+        """The end of a container's log (pods/log), or None when it cannot be read (no pod, a
+        container not started, a kubelet that does not answer): a missing log is never an
+        error of the job, the next look tries again."""
         try:
-            return self._get_or_none(
+            return self._call(
                 f"read the log of {namespace}/{pod}/{container}",
-                lambda *a, **kw: self.core.read_namespaced_pod_log(
-                    pod, namespace, *a, container=container, tail_lines=tail_lines,
-                    since_seconds=since_seconds, **kw))
-        except ApiRefused as err:
-            if err.status == 400:  # the container has not started: no log yet
-                return None
-            raise
+                self.core.read_namespaced_pod_log, pod, namespace, container=container,
+                tail_lines=tail_lines, since_seconds=since_seconds)
+        except (ApiRefused, ApiUnavailable) as err:
+            log.debug("no log of %s/%s/%s: %s", namespace, pod, container, err)
+            return None
 
     # -- ConfigMap -------------------------------------------------------------------------
     def apply_config_map(self, body: dict[str, Any]) -> None:

@@ -12,8 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpujob.api.spec import ProgressSpec
-from tpujob.builders import names
-from tpujob.controller.observe import ProgressReading
+from tpujob.controller.observe import ProgressReading, running_process_zero_pods
 from tpujob.log_progress import LogFormatError, latest_progress
 
 log = logging.getLogger("tpujob.operator")
@@ -35,18 +34,11 @@ class LogReading:
 def find_process_zero_container(pods: list[dict[str, Any]]) -> tuple[str, str] | None:
     """(pod name, container name) of JAX process 0: slice 0, host 0, first container; None
     until that pod runs."""
-    for pod in pods:
-        meta = pod.get("metadata") or {}
-        labels, notes = meta.get("labels") or {}, meta.get("annotations") or {}
-        index = notes.get(names.JOB_COMPLETION_INDEX_ANNOTATION,
-                          labels.get(names.JOB_COMPLETION_INDEX_ANNOTATION))
-        if str(labels.get(names.JOBSET_LABEL_JOB_INDEX, "0")) != "0" or str(index) != "0":
-            continue
-        if (pod.get("status") or {}).get("phase") != "Running":
-            continue
+    for pod in running_process_zero_pods(pods):
+        name = (pod.get("metadata") or {}).get("name")
         containers = (pod.get("spec") or {}).get("containers") or []
-        if containers and meta.get("name"):
-            return meta["name"], containers[0]["name"]
+        if containers and name:
+            return name, containers[0]["name"]
     return None
 
 
