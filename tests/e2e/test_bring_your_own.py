@@ -48,7 +48,7 @@ MAXTEXT_TINY = {
     "base_emb_dim": 32, "base_num_query_heads": 2, "base_num_kv_heads": 2, "head_dim": 16,
     "base_mlp_dim": 64, "base_num_decoder_layers": 1, "vocab_size": 256,
     "max_target_length": 32, "per_device_batch_size": 2, "weight_dtype": "float32",
-    "steps": 120, "enable_checkpointing": "true", "async_checkpointing": "false",
+    "steps": 200, "enable_checkpointing": "true", "async_checkpointing": "false",
     "checkpoint_period": 20, "jax_distributed_initialization_timeout": 120,
 }
 
@@ -96,14 +96,10 @@ def test_maxtext_trains_restarts_after_a_kill_and_resumes_its_checkpoints(local,
     checkpoints = output / name / "checkpoints"
     try:
         wait_for(lambda: [p for p in checkpoints.glob("*") if p.name.isdigit()], timeout=400,
-                 interval=0.2, message="MaxText's first checkpoint")
+                 interval=0.1, message="MaxText's first checkpoint")
     except BaseException:
         pytest.fail(f"no checkpoint: {local.status(name)}\n{_tails(local.logs(name))}")
-    # MaxText's own step lines reach the job's status through process 0's log.
-    seen = local.wait(name, lambda s: (s.get("progress") or {}).get("step"), timeout=60,
-                      message="MaxText's step in the status")["status"]["progress"]
-    assert seen["step"] >= 1 and seen["loss"] > 0 and seen["tokensPerSecondPerDevice"] > 0
-    assert seen["stepTimeSeconds"] > 0 and seen["tflopsPerDevice"] >= 0
+    # Host 1 killed at once, while MaxText still has most of its steps to run.
     [host1] = [p for p in local.processes(name) if "-slice-0-1-" in p["pod"]]
     os.kill(host1["pid"], signal.SIGKILL)
 
@@ -119,4 +115,9 @@ def test_maxtext_trains_restarts_after_a_kill_and_resumes_its_checkpoints(local,
     assert before and after and after[0] - 1 in saved and after[0] <= max(before) + 1, \
         (before, after, saved)
     assert after[-1] == MAXTEXT_TINY["steps"] - 1
-    assert after[0] <= status["progress"]["step"] <= after[-1]
+    # MaxText's own step lines reached the job's status through process 0's log (what
+    # `kubectl get tpujobs` shows in its Step, Loss and Tok/s/dev columns).
+    seen = status["progress"]
+    assert after[0] <= seen["step"] <= after[-1]
+    assert seen["loss"] > 0 and seen["tokensPerSecondPerDevice"] > 0
+    assert seen["stepTimeSeconds"] > 0 and seen["tflopsPerDevice"] >= 0
