@@ -9,7 +9,7 @@ REPLICATED_JOB = "slice"
 TRAINER_CONTAINER = "trainer"
 METRICS_PORT = 9431
 COORDINATOR_PORT = 8482  # JAX's coordinator port on GKE TPU (jax/_src/clusters/cloud_tpu_cluster.py)
-MEGASCALE_PORT = 8081  # DCN port of the TPU runtime (the default ray.util.tpu sets)
+MEGASCALE_PORT = 8081  # the TPU runtime's DCN port, as Ray's TPU utilities pass it
 TPU_PROCESS_PORT = 8476  # libtpu's first per-process port where a host runs several processes
 
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
