@@ -40,6 +40,28 @@ def test_plain_jax_with_no_arguments_to_initialize(local):
         assert len(losses) == 8 and losses[-1] < losses[0] / 2, losses
 
 
+RESOLVE_ITSELF = """
+import json, os, socket, sys
+job = sys.argv[1]  # the job's name alone: the program builds the host names itself
+names = [f"{job}-slice-0-{i}.{job}" for i in (0, 1)]
+print(json.dumps({"me": os.environ["TPUJOB_BIND_ADDRESS"],
+                  "resolved": [socket.gethostbyname(n) for n in names]}), flush=True)
+"""
+
+
+def test_a_program_resolves_pod_host_names_it_builds_itself(local):
+    name = unique("dns")
+    local.apply(name, {"slice": "v6e-8", "image": "py:1", "output": "gs://tpujob-e2e/dns",
+                       "trainer": {"command": ["python3", "-c", RESOLVE_ITSELF],
+                                   "args": [name]},
+                       "restartPolicy": {"maxRestarts": 0}})
+    job = local.wait_phase(name, "Succeeded", "Failed", timeout=120)
+    assert job["status"]["phase"] == "Succeeded", [p.read_text() for p in local.logs(name)]
+    seen = [json_lines(local.logs(name, host=h)[0])[0] for h in (0, 1)]
+    # Each host resolves both pods' names to their own addresses, as cluster DNS answers.
+    assert seen[0]["resolved"] == seen[1]["resolved"] == [seen[0]["me"], seen[1]["me"]]
+
+
 # -- MaxText from PyPI ---------------------------------------------------------------------------
 
 MAXTEXT_STEP = re.compile(r"completed step: (\d+), seconds: ")
@@ -95,8 +117,9 @@ def test_maxtext_trains_restarts_after_a_kill_and_resumes_its_checkpoints(local,
     local.apply(name, maxtext_job(maxtext, name, output))
     checkpoints = output / name / "checkpoints"
     try:
-        wait_for(lambda: [p for p in checkpoints.glob("*") if p.name.isdigit()], timeout=400,
-                 interval=0.1, message="MaxText's first checkpoint")
+        # MaxText saves step 0 as soon as it starts; wait for one made by training.
+        wait_for(lambda: [p for p in checkpoints.glob("*") if p.name.isdigit() and int(p.name)],
+                 timeout=400, interval=0.1, message="MaxText's first checkpoint after step 0")
     except BaseException:
         pytest.fail(f"no checkpoint: {local.status(name)}\n{_tails(local.logs(name))}")
     # Host 1 killed at once, while MaxText still has most of its steps to run.
@@ -114,6 +137,7 @@ def test_maxtext_trains_restarts_after_a_kill_and_resumes_its_checkpoints(local,
     saved = sorted(int(p.name) for p in checkpoints.glob("*") if p.name.isdigit())
     assert before and after and after[0] - 1 in saved and after[0] <= max(before) + 1, \
         (before, after, saved)
+    assert after[0] - 1 >= MAXTEXT_TINY["checkpoint_period"]
     assert after[-1] == MAXTEXT_TINY["steps"] - 1
     # MaxText's own step lines reached the job's status through process 0's log (what
     # `kubectl get tpujobs` shows in its Step, Loss and Tok/s/dev columns).

@@ -34,6 +34,7 @@ from . import keys
 from .keys import PodPhase
 from .network import LocalNetwork
 from .objects import find_condition, format_time, is_deleting, is_pod_terminal, meta, uid
+from .pod_dns import build_hosts_file, can_bind_hosts, read_machine_hosts, wrap_with_hosts
 from .podenv import ContainerConfigError, Lookup, PathMap, expand_command, resolve_env
 from .settings import ExecutorSettings
 from .spawn import popen_tied
@@ -315,9 +316,15 @@ class Kubelet:
         c.log_path = c.dir / f"{c.restart_count}.log"
         # Output goes through a pipe, as to a container runtime, so that each line's time is
         # recorded (for `kubectl logs --timestamps` and `--since`).
+        command = [executable, *argv[1:]]
+        if self.settings.pod_hosts and can_bind_hosts():
+            hosts = c.dir / "hosts"
+            hosts.write_text(build_hosts_file(read_machine_hosts(),
+                                              self.network.hosts_entries(run.key[0])))
+            command = wrap_with_hosts(command, str(hosts))
         read_end, write_end = os.pipe()
         try:
-            c.proc = popen_tied([executable, *argv[1:]], cwd=workdir, env=env,
+            c.proc = popen_tied(command, cwd=workdir, env=env,
                                 stdin=subprocess.DEVNULL, stdout=write_end,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as err:
