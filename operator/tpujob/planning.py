@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import yaml
@@ -43,6 +43,7 @@ class PlanRequest:
 
     slices: int = 1
     machine_type: str | None = None
+    containers_per_host: int | None = None
     ici: dict[str, int] | None = None
     dcn: dict[str, int] | None = None
     model: ModelRequest | None = None
@@ -65,6 +66,7 @@ class PlanRequest:
                                  remat=args.remat, optimizer=args.optimizer,
                                  grad_accum=args.grad_accum)
         return cls(slices=args.slices, machine_type=args.machine_type,
+                   containers_per_host=getattr(args, "containers_per_host", None),
                    ici=parse_axes(args.ici, field="--ici") if args.ici else None,
                    dcn=parse_axes(args.dcn, field="--dcn") if args.dcn else None,
                    model=model)
@@ -127,6 +129,9 @@ class SliceResult:
             "nodeSelector": p.node_selector,
             "resources": p.container_resources,
             "workloadPolicy": p.workload_policy,
+            "layouts": [{"containersPerHost": lp.containers_per_host,
+                         "chipsPerContainer": lp.chips_per_container,
+                         "processes": lp.processes} for lp in layouts(p)],
         }
         if self.mesh_requested and self.mesh is not None:
             out["mesh"] = self.mesh.to_dict()
@@ -143,10 +148,16 @@ class SliceResult:
         return self.model.global_batch or self.plan.devices
 
 
+def layouts(plan: SlicePlan) -> list[SlicePlan]:
+    """The plan under every container layout its machine type offers (default first)."""
+    return [replace(plan, containers_per_host=n) for n in plan.machine_type.layouts]
+
+
 def plan_one(slice_name: str, request: PlanRequest) -> SliceResult:
     """Plan one slice name. Invalid names give a result with `error`, never an exception."""
     try:
-        plan = plan_slice(slice_name, slices=request.slices, machine_type=request.machine_type)
+        plan = plan_slice(slice_name, slices=request.slices, machine_type=request.machine_type,
+                          containers_per_host=request.containers_per_host)
     except PlanError as err:
         return SliceResult(requested=slice_name, error=err.message)
     mesh = plan_mesh(request.ici, request.dcn, devices_per_slice=plan.slice_type.devices,

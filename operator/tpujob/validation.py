@@ -19,6 +19,7 @@ from tpujob.api.resource import InvalidJobError, TpuTrainingJob, load_job
 from tpujob.api.spec import DNS_LABEL_PATTERN
 from tpujob.builders.names import host_fqdn
 from tpujob.builders.trainer_config import build_trainer_config
+from tpujob.maxtext_args import CHECKED_AXES, read_maxtext_settings
 from tpujob_plan.errors import PlanError
 from tpujob_plan.memory import REMAT_POLICIES, choose_remat, estimate_memory
 from tpujob_plan.mesh import MeshPlan, batch_split_error, format_axes, plan_mesh
@@ -40,6 +41,7 @@ class Verdict:
     job: TpuTrainingJob | None = None
     plan: SlicePlan | None = None
     mesh: MeshPlan | None = None
+    checked: str = "slice, mesh, trainer config and memory checked"  # what a valid job passed
 
     @classmethod
     def refuse(cls, reason: str, field: str, message: str, **kw: Any) -> Verdict:
@@ -64,10 +66,10 @@ def validate_job(obj: dict[str, Any]) -> Verdict:
     spec = job.spec
     try:
         plan = plan_slice(spec.slice, slices=spec.slices, machine_type=spec.machine_type,
-                          field="spec.slice")
+                          containers_per_host=spec.containers_per_host, field="spec.slice")
     except PlanError as err:
-        field = {"slices": "spec.slices", "machineType": "spec.machineType"}.get(err.field,
-                                                                                 err.field)
+        field = {"slices": "spec.slices", "machineType": "spec.machineType",
+                 "containersPerHost": "spec.containersPerHost"}.get(err.field, err.field)
         return Verdict.refuse("InvalidSlice", field, err.message, job=job)
     longest = host_fqdn(job.metadata.get("name", ""), plan.slices - 1, plan.hosts - 1)
     if len(longest.split(".", 1)[0]) > MAX_HOSTNAME:
@@ -81,17 +83,66 @@ def validate_job(obj: dict[str, Any]) -> Verdict:
                      devices_per_slice=plan.slice_type.devices, num_slices=plan.slices,
                      physical_dims=plan.physical_mesh, field="spec.parallelism")
     if not mesh.valid:
-        hint = ""
-        if mesh.suggestions:
-            hint = "; valid layouts: " + " | ".join(format_axes(s) for s in mesh.suggestions)
-        field = mesh.field or "spec.parallelism"
-        error = mesh.error or ""
-        error = error[len(field) + 2:] if error.startswith(f"{field}: ") else error
-        return Verdict.refuse("InvalidMesh", field, f"{error}{hint}", job=job, plan=plan,
-                              mesh=mesh)
+        return _refuse_mesh(mesh, mesh.field or "spec.parallelism", job, plan)
     if spec.is_custom_trainer:
-        return Verdict(True, job=job, plan=plan, mesh=mesh)
+        return _validate_own_trainer(job, plan, mesh)
     return _validate_trainer(job, plan, mesh)
+
+
+def _refuse_mesh(mesh: MeshPlan, field: str, job: TpuTrainingJob, plan: SlicePlan,
+                 written: str = "") -> Verdict:
+    hint = ""
+    if mesh.suggestions:
+        hint = "; valid layouts: " + " | ".join(format_axes(s) for s in mesh.suggestions)
+    error = mesh.error or ""
+    for prefix in (f"{mesh.field}: ", f"{field}: "):
+        error = error[len(prefix):] if error.startswith(prefix) else error
+    return Verdict.refuse("InvalidMesh", field, f"{written}{error}{hint}", job=job, plan=plan,
+                          mesh=mesh)
+
+
+def _validate_own_trainer(job: TpuTrainingJob, plan: SlicePlan, mesh: MeshPlan) -> Verdict:
+    """A program of the job's own: MaxText's mesh and batch settings, where its command line
+    has them, get the built-in trainer's checks; otherwise the verdict says what was not
+    checked."""
+    spec = job.spec
+    field = "spec.trainer.args"
+    try:
+        mt = read_maxtext_settings([*(spec.trainer.command or []), *(spec.trainer.args or [])])
+    except ValueError as err:
+        return Verdict.refuse("InvalidMesh", field, str(err), job=job, plan=plan, mesh=mesh)
+    if not mt.found:
+        return Verdict(True, job=job, plan=plan, mesh=mesh, checked=(
+            "slice checked; mesh, batch and memory not checked: the command and args hold no "
+            "MaxText ici_*/dcn_*_parallelism or per_device_batch_size setting"))
+    if mt.unchecked:
+        axes = ", ".join(f"{k}_parallelism={v}" for k, v in mt.unchecked.items())
+        return Verdict(True, job=job, plan=plan, mesh=mesh, checked=(
+            f"slice checked; mesh and batch not checked: {axes} is an axis the check does not "
+            f"model (it knows {', '.join(CHECKED_AXES)})"))
+    own = plan_mesh(mt.ici, mt.dcn, devices_per_slice=plan.slice_type.devices,
+                    num_slices=plan.slices, physical_dims=plan.physical_mesh,
+                    field="parallelism")
+    if not own.valid:
+        written = f"MaxText's {' '.join(w for w in mt.words if 'parallelism' in w) or 'defaults'}"
+        return _refuse_mesh(own, field, job, plan, f"{written}: ")
+    checked = "slice and MaxText's mesh (from args) checked"
+    if mt.per_device_batch_size is not None:
+        global_batch = mt.per_device_batch_size * plan.devices
+        shards = own.axes["data"] * own.axes["fsdp"] * own.axes["expert"]
+        micro = global_batch / mt.grad_accum
+        if micro != int(micro) or int(micro) % shards:
+            return Verdict.refuse(
+                "InvalidBatch", field,
+                f"per_device_batch_size={mt.per_device_batch_size:g} on {plan.devices} devices "
+                f"is a batch of {micro:g} sequences (per_device_batch_size x devices / "
+                f"gradient_accumulation_steps) that must split evenly over the {shards} batch "
+                f"shards (data x fsdp x expert = "
+                f"{format_axes({a: own.axes[a] for a in ('data', 'fsdp', 'expert')})}); use a "
+                f"per_device_batch_size that makes it a multiple of {shards}",
+                job=job, plan=plan, mesh=own)
+        checked = "slice, MaxText's mesh and batch (from args) checked"
+    return Verdict(True, job=job, plan=plan, mesh=own, checked=f"{checked}; memory not checked")
 
 
 def _name_problem(name: Any) -> str | None:

@@ -10,8 +10,8 @@ import yaml
 from tests.api.k8s_schema import schema_errors, strict_schema
 from tpujob.api.resource import load_job
 from tpujob.builders.jobset import build_children, build_jobset
-from tpujob_trainer.env import CONTAINER_INDEX, CONTAINERS_PER_HOST, HOSTS_PER_SLICE
 from tpujob_plan.slice_plan import plan_slice
+from tpujob_trainer.env import CONTAINER_INDEX, CONTAINERS_PER_HOST, HOSTS_PER_SLICE
 
 pytestmark = pytest.mark.unit
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +30,8 @@ def _job(slice_name: str, slices: int = 1, **spec) -> dict:
 def _build(slice_name: str, slices: int = 1, **spec) -> dict:
     job = _job(slice_name, slices, **spec)
     parsed = load_job(job)
-    return build_jobset(job, parsed.spec, plan_slice(slice_name, slices=slices))
+    return build_jobset(job, parsed.spec, plan_slice(
+        slice_name, slices=slices, containers_per_host=parsed.spec.containers_per_host))
 
 
 def _env(container: dict) -> dict:
@@ -38,20 +39,24 @@ def _env(container: dict) -> dict:
 
 
 @pytest.mark.parametrize(
-    "slice_name, slices, hosts, containers, tpu, selector_topology, policy",
+    "slice_name, slices, hosts, containers, tpu, selector_topology, policy, layout",
     [
-        ("v4-8", 1, 1, ["trainer"], "4", "2x2x1", None),
-        ("v5litepod-16", 1, 4, ["trainer"], "4", "4x4", None),
-        ("v5p-128", 1, 16, ["trainer"], "4", "4x4x4", None),
-        ("v6e-16", 1, 4, ["trainer"], "4", "4x4", None),
-        ("tpu7x-8", 1, 1, ["trainer-1", "trainer-2"], "2", "2x2x1", None),
+        ("v4-8", 1, 1, ["trainer"], "4", "2x2x1", None, 1),
+        ("v5litepod-16", 1, 4, ["trainer"], "4", "4x4", None, 1),
+        ("v5p-128", 1, 16, ["trainer"], "4", "4x4x4", None, 1),
+        ("v6e-16", 1, 4, ["trainer"], "4", "4x4", None, 1),
+        # tpu7x: one container with all 4 chips by default (xpk 1.16), two of 2 as an opt-in.
+        ("tpu7x-8", 1, 1, ["trainer"], "4", "2x2x1", None, 1),
+        ("tpu7x-8", 1, 1, ["trainer-1", "trainer-2"], "2", "2x2x1", None, 2),
+        ("tpu7x-64", 1, 8, ["trainer"], "4", "2x4x4", "tpu7x-64-2x4x4-placement-policy", 1),
         ("tpu7x-64", 1, 8, ["trainer-1", "trainer-2"], "2", "2x4x4",
-         "tpu7x-64-2x4x4-placement-policy"),
-        ("v6e-16", 2, 4, ["trainer"], "4", "4x4", None),
+         "tpu7x-64-2x4x4-placement-policy", 2),
+        ("v6e-16", 2, 4, ["trainer"], "4", "4x4", None, 1),
     ],
 )
-def test_shape_per_slice(slice_name, slices, hosts, containers, tpu, selector_topology, policy):
-    js = _build(slice_name, slices)
+def test_shape_per_slice(slice_name, slices, hosts, containers, tpu, selector_topology, policy,
+                         layout):
+    js = _build(slice_name, slices, containersPerHost=layout)
     (rjob,) = js["spec"]["replicatedJobs"]
     assert (rjob["name"], rjob["replicas"]) == ("slice", slices)
     job_spec = rjob["template"]["spec"]
@@ -78,17 +83,18 @@ def test_shape_per_slice(slice_name, slices, hosts, containers, tpu, selector_to
     "slice_name, slices, processes, devices, per_host, containers_per_host",
     [
         ("v6e-16", 1, 4, 16, 4, 1),
+        ("tpu7x-64", 1, 8, 64, 8, 1),
         ("tpu7x-64", 1, 16, 64, 8, 2),
         ("v6e-16", 2, 8, 32, 4, 1),
         ("v5p-128", 1, 16, 64, 16, 1),
     ],
 )
 def test_process_wiring(slice_name, slices, processes, devices, per_host, containers_per_host):
-    js = _build(slice_name, slices)
+    js = _build(slice_name, slices, containersPerHost=containers_per_host)
     pod = js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
     for index, container in enumerate(pod["containers"]):
         env = _env(container)
-        assert env["TPUJOB_COORDINATOR_ADDRESS"] == "llm-slice-0-0.llm:8476"
+        assert env["TPUJOB_COORDINATOR_ADDRESS"] == "llm-slice-0-0.llm:8482"
         assert env["TPUJOB_PROCESS_COUNT"] == str(processes)
         assert env["TPUJOB_EXPECTED_DEVICES"] == str(devices)
         assert env["TPUJOB_NUM_SLICES"] == str(slices)

@@ -279,3 +279,26 @@ def test_progress_display_for_kubectl(loss, tokens, mfu, shown):
     p = decide(running_status(T0), obs(js(ready_jobs=1), progress=reading)).status.progress
     assert (p.display.loss, p.display.tokens_per_second_per_device, p.display.mfu) == shown
     assert (p.loss, p.tokens_per_second_per_device, p.mfu) == (loss, tokens, mfu)  # full
+
+
+LOG_SPEC = {"trainer": {"command": ["python", "-m", "maxtext.train"],
+                        "progress": {"source": "log", "format": "maxtext"}}}
+
+
+def test_custom_trainer_with_log_progress_is_judged_by_the_first_step_allowance():
+    prev = decide(status(Phase.STARTING), obs(js(ready_jobs=1), spec=LOG_SPEC)).status
+    d = decide(prev, obs(js(ready_jobs=1), spec=LOG_SPEC, now=T0 + timedelta(seconds=1300)))
+    assert d.status.phase == Phase.RESTARTING and d.actions == [Action.RESTART]
+
+
+def test_an_unreadable_progress_line_is_a_condition_not_a_failure():
+    prev = decide(status(Phase.STARTING), obs(js(ready_jobs=1), spec=LOG_SPEC)).status
+    problem = "process 0's log has a maxtext progress line that cannot be read: seconds 'x'"
+    d = decide(prev, obs(js(ready_jobs=1), spec=LOG_SPEC, now=T0 + timedelta(seconds=5),
+                         progress_problem=problem))
+    assert d.status.phase == Phase.RUNNING and d.actions == []
+    c = cond(d, "ProgressReadable")
+    assert (c.status, c.reason, c.message) == ("False", "UnreadableProgressLine", problem)
+    d2 = decide(d.status, obs(js(ready_jobs=1), spec=LOG_SPEC, now=T0 + timedelta(seconds=9),
+                              progress=ProgressReading(step=3, loss=2.0)))
+    assert cond(d2, "ProgressReadable").status == "True" and d2.status.progress.step == 3

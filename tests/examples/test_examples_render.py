@@ -45,12 +45,16 @@ def _render(path: Path, capsys) -> tuple[list[dict], str]:
 def test_example_renders(path: Path, capsys, jobset_schema):
     example = yaml.safe_load(path.read_text())
     spec = load_job(example).spec
-    plan = plan_slice(spec.slice, slices=spec.slices, machine_type=spec.machine_type)
+    plan = plan_slice(spec.slice, slices=spec.slices, machine_type=spec.machine_type,
+                      containers_per_host=spec.containers_per_host)
     docs, err = _render(path, capsys)
     by_kind = {d["kind"]: d for d in docs}
-    assert sorted(by_kind) == ["ConfigMap", "JobSet"] and len(docs) == 2
+    # A trainer of the job's own takes no trainer config, so no ConfigMap.
+    kinds = ["JobSet"] if spec.is_custom_trainer else ["ConfigMap", "JobSet"]
+    assert sorted(by_kind) == kinds and len(docs) == len(kinds)
 
-    assert validation_errors(by_kind["ConfigMap"]) == []
+    if not spec.is_custom_trainer:
+        assert validation_errors(by_kind["ConfigMap"]) == []
     jobset = by_kind["JobSet"]
     assert k8s_schema.validate_object(jobset_schema, jobset) == []
     assert jobset["metadata"]["name"] == example["metadata"]["name"]
@@ -104,3 +108,40 @@ def test_tpujob_render_command(tmp_path):
     result = subprocess.run([str(script), "render", str(broken)], capture_output=True,
                             text=True, timeout=120)
     assert result.returncode == 1 and "tpu7x-65" in result.stderr
+
+
+def test_maxtext_tpu7x_example_renders_one_container_per_host():
+    """`tpujob render` of the MaxText tpu7x-64 example: 8 hosts, one trainer container each
+    with all 4 chips (xpk 1.16's default layout), MaxText's command and args as written, and
+    the standard variables it reads."""
+    script = Path(sys.executable).parent / "tpujob"
+    path = ROOT / "manifests" / "examples" / "maxtext-tpu7x-64.yaml"
+    result = subprocess.run([str(script), "render", str(path)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    [jobset] = [d for d in yaml.safe_load_all(result.stdout) if d]
+    job = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]
+    assert job["parallelism"] == 8
+    [container] = job["template"]["spec"]["containers"]
+    assert container["name"] == "trainer"
+    assert container["resources"]["limits"]["google.com/tpu"] == "4"
+    assert container["command"][:3] == ["python3", "-m", "maxtext.trainers.pre_train.train"]
+    assert {"ici_fsdp_parallelism=16", "ici_tensor_parallelism=4", "opt_type=muon",
+            "remat_policy=full", "per_device_batch_size=1", "max_target_length=4096"} <= \
+        set(container["args"])
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["JAX_COORDINATOR_ADDRESS"].endswith(":8482") and env["JAX_NUM_PROCESSES"] == "8"
+    assert "TPU_VISIBLE_CHIPS" not in env
+
+
+def test_bring_your_own_examples_are_checked_as_far_as_they_can_be():
+    maxtext = load_job(yaml.safe_load((ROOT / "manifests" / "examples" /
+                                       "maxtext-tpu7x-64.yaml").read_text()))
+    tunix = load_job(yaml.safe_load((ROOT / "manifests" / "examples" /
+                                     "tunix-grpo-v6e-16.yaml").read_text()))
+    from tpujob.validation import validate_job
+    verdicts = [validate_job({**j.to_dict(), "metadata": {**j.metadata, "namespace": "ns"}})
+                for j in (maxtext, tunix)]
+    assert all(v.valid for v in verdicts), [v.message for v in verdicts]
+    assert "MaxText's mesh and batch (from args) checked" in verdicts[0].checked
+    assert "mesh, batch and memory not checked" in verdicts[1].checked

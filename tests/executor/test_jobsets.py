@@ -87,7 +87,7 @@ def test_jobs_pods_and_env_of_a_four_host_slice(cluster, executor_factory):
         assert env["TPUJOB_SLICE_ID"] == "0"
         assert env["HOSTNAME"] == spec["hostname"]
         assert env["TPUJOB_BIND_ADDRESS"] == pod["status"]["podIP"]
-        assert env["TPUJOB_COORDINATOR_ADDRESS"] == f"{addresses[0]}:8476"  # pod 0, by DNS
+        assert env["TPUJOB_COORDINATOR_ADDRESS"] == f"{addresses[0]}:8482"  # pod 0, by DNS
         assert env["TPUJOB_PROCESS_COUNT"] == "4"
         assert (env["TPUJOB_CPU_DEVICES"], env["TPUJOB_EXPECTED_DEVICES"]) == ("2", "8")
         assert env["JAX_PLATFORMS"] == "cpu"

@@ -131,3 +131,18 @@ def test_exit_codes_and_log_tail(tmp_path):
     assert len(read_tail(log, 80, 100)) <= 100
     assert ExecutorSettings().grace_seconds(120) == 6.0
     assert ExecutorSettings(max_grace_s=2).grace_seconds(None) == 1.5
+
+
+@pytest.mark.parametrize("env, devices, bind", [
+    ({"TPUJOB_EXPECTED_DEVICES": "16", "TPUJOB_PROCESS_COUNT": "4",
+      "JAX_COORDINATOR_ADDRESS": "127.9.9.1:8482"}, "4", "127.1.2.3:8482"),
+    ({"TPUJOB_EXPECTED_DEVICES": "16", "TPUJOB_PROCESS_COUNT": "4", "JAX_NUM_CPU_DEVICES": "2",
+      "JAX_COORDINATOR_BIND_ADDRESS": "0.0.0.0:1"}, "2", "0.0.0.0:1"),  # the job's own win
+    ({"JAX_COORDINATOR_ADDRESS": "bare-host"}, None, None),
+    ({"JAX_COORDINATOR_ADDRESS": "bare-host", "JAX_COORDINATOR_PORT": "1234"}, None,
+     "127.1.2.3:1234"),
+])
+def test_any_jax_program_gets_devices_and_a_bind_address(env, devices, bind):
+    out = apply_local_overrides(env, "127.1.2.3", "/w/term", ExecutorSettings())
+    assert (out.get("JAX_NUM_CPU_DEVICES"), out.get("JAX_COORDINATOR_BIND_ADDRESS")) == \
+        (devices, bind)

@@ -145,6 +145,25 @@ def test_progress_is_read_from_process_zero(cluster, operator, metrics_endpoint)
     assert job["status"]["progress"]["lastStepTime"]
 
 
+def test_progress_from_the_log_asks_pods_log_and_a_missing_log_is_no_error(cluster, operator):
+    """A job whose progress comes from process 0's log: the operator asks pods/log for the
+    end of it (no kubelet serves this hand-made pod's log here), and the job runs on."""
+    n = name()
+    cluster.create_job(n, trainer={"command": ["python3", "train.py"],
+                                   "progress": {"source": "log", "format": "maxtext"}})
+    cluster.wait_phase(n, "Starting")
+    _pod(cluster, n, 0, 9431, phase="Running", podIP="127.0.0.1")
+    cluster.set_jobset_status(n, replicatedJobsStatus=[{"name": "slice", "ready": 1,
+                                                        "succeeded": 0, "failed": 0,
+                                                        "active": 1, "suspended": 0}])
+    cluster.wait_phase(n, "Running")
+    path = f"/api/v1/namespaces/{cluster.namespace}/pods/{n}-slice-0-0-x/log"
+    asked = wait_for(lambda: [r for r in cluster.server.requests() if r.path.startswith(path)],
+                     message="a pods/log request")
+    assert asked[0].rule == ("", "pods/log", "get")
+    assert cluster.phase(n) == "Running" and not cluster.job(n)["status"].get("progress")
+
+
 def test_restart_after_a_retryable_failure_is_counted_with_an_event(cluster, operator):
     n = name()
     cluster.create_job(n)

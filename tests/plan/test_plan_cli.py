@@ -32,11 +32,29 @@ def test_json_for_three_slices():
         assert "mesh" not in p and "memory" not in p  # only when asked for
     v6e, tpu7x, v5p = plans
     assert (v6e["hosts"], v6e["chips"], v6e["devices"], v6e["processes"]) == (4, 16, 16, 4)
-    assert (tpu7x["hosts"], tpu7x["chips"], tpu7x["devices"], tpu7x["processes"]) == (8, 32, 64, 16)
-    assert (tpu7x["containersPerHost"], tpu7x["chipsPerContainer"]) == (2, 2)
+    assert (tpu7x["hosts"], tpu7x["chips"], tpu7x["devices"], tpu7x["processes"]) == (8, 32, 64, 8)
+    assert (tpu7x["containersPerHost"], tpu7x["chipsPerContainer"]) == (1, 4)
+    # Both layouts, with their process counts: the default and the two-container opt-in.
+    assert tpu7x["layouts"] == [
+        {"containersPerHost": 1, "chipsPerContainer": 4, "processes": 8},
+        {"containersPerHost": 2, "chipsPerContainer": 2, "processes": 16}]
+    assert v6e["layouts"] == [{"containersPerHost": 1, "chipsPerContainer": 4, "processes": 4}]
     assert tpu7x["workloadPolicy"] == "tpu7x-64-2x4x4-placement-policy"
     assert tpu7x["hbmPerDeviceGiB"] == 96.0
     assert (v5p["topology"], v5p["hosts"], v5p["workloadPolicy"]) == ("4x4x4", 16, None)
+
+
+def test_table_shows_both_tpu7x_layouts():
+    r = tpujob("plan", "tpu7x-64", "--containers-per-host", "2")
+    assert r.returncode == 0, r.stderr
+    header, row = r.stdout.splitlines()[:2]
+    column = header.index("PROCESSES")
+    assert row[column:column + len("PROCESSES")].strip() == "16"
+    assert "1 container(s) x 4 chips per host: 8 JAX processes (default)" in r.stdout
+    assert ("2 container(s) x 2 chips per host: 16 JAX processes (opt-in: containersPerHost 2)"
+            "   <- planned") in r.stdout
+    refused = tpujob("plan", "v6e-16", "--containers-per-host", "2")
+    assert refused.returncode == 1 and "runs 1 container(s) per host, got 2" in refused.stderr
 
 
 def test_invalid_mesh_is_explained_with_a_valid_alternative():

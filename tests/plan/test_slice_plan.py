@@ -34,9 +34,10 @@ POLICY = "cloud.google.com/placement-policy-name"
         ("v6e-16", 2, None, ("ct6e-standard-4t", 4, 1, 4, 4, 8, 32, (4, 4, 1))),
         ("v6e-256", 1, None, ("ct6e-standard-4t", 64, 1, 4, 4, 64, 256, (16, 16, 1))),
         ("tpu7x-2", 1, None, ("tpu7x-standard-1t", 1, 1, 1, 2, 1, 2, (1, 1, 1, 2))),
-        ("tpu7x-8", 1, None, ("tpu7x-standard-4t", 1, 2, 2, 8, 2, 8, (2, 2, 1, 2))),
-        ("tpu7x-64", 1, None, ("tpu7x-standard-4t", 8, 2, 2, 8, 16, 64, (2, 4, 4, 2))),
-        ("tpu7x-64", 2, None, ("tpu7x-standard-4t", 8, 2, 2, 8, 32, 128, (2, 4, 4, 2))),
+        # tpu7x: one container with all 4 chips per host by default, as xpk 1.16.
+        ("tpu7x-8", 1, None, ("tpu7x-standard-4t", 1, 1, 4, 8, 1, 8, (2, 2, 1, 2))),
+        ("tpu7x-64", 1, None, ("tpu7x-standard-4t", 8, 1, 4, 8, 8, 64, (2, 4, 4, 2))),
+        ("tpu7x-64", 2, None, ("tpu7x-standard-4t", 8, 1, 4, 8, 16, 128, (2, 4, 4, 2))),
     ],
 )
 def test_slice_plans(name, slices, machine, expected):
@@ -50,6 +51,38 @@ def test_slice_plans(name, slices, machine, expected):
 
 
 @pytest.mark.parametrize(
+    "name, slices, containers, expected",
+    [
+        # The opt-in layout: two containers of 2 chips per tpu7x-standard-4t host.
+        ("tpu7x-8", 1, 2, (1, 2, 2, 8, 2, 8)),
+        ("tpu7x-64", 1, 2, (8, 2, 2, 8, 16, 64)),
+        ("tpu7x-64", 2, 2, (8, 2, 2, 8, 32, 128)),
+        ("tpu7x-64", 1, 1, (8, 1, 4, 8, 8, 64)),
+    ],
+)
+def test_container_layouts(name, slices, containers, expected):
+    p = plan_slice(name, slices=slices, containers_per_host=containers)
+    got = (p.hosts, p.containers_per_host, p.chips_per_container, p.devices_per_host,
+           p.processes, p.devices)
+    assert got == expected
+    assert p.devices_per_process * p.processes == p.devices
+
+
+@pytest.mark.parametrize(
+    "name, machine, containers, message",
+    [
+        ("v6e-16", None, 2, "ct6e-standard-4t runs 1 container(s) per host, got 2"),
+        ("tpu7x-64", None, 4, "tpu7x-standard-4t runs 1 or 2 container(s) per host, got 4"),
+        ("tpu7x-2", None, 2, "tpu7x-standard-1t runs 1 container(s) per host, got 2"),
+    ],
+)
+def test_container_layout_refused(name, machine, containers, message):
+    with pytest.raises(PlanError) as err:
+        plan_slice(name, machine_type=machine, containers_per_host=containers)
+    assert err.value.field == "containersPerHost" and message in err.value.message
+
+
+@pytest.mark.parametrize(
     "name, selector, tpu, policy",
     [
         ("v6e-16", {ACC: "tpu-v6e-slice", TOPO: "4x4"}, "4", None),
@@ -57,11 +90,11 @@ def test_slice_plans(name, slices, machine, expected):
         ("v4-8", {ACC: "tpu-v4-podslice", TOPO: "2x2x1"}, "4", None),
         ("v5e-16", {ACC: "tpu-v5-lite-podslice", TOPO: "4x4"}, "4", None),
         # tpu7x single-host slices need no workload policy; multi-host ones do.
-        ("tpu7x-8", {ACC: "tpu7x", TOPO: "2x2x1"}, "2", None),
+        ("tpu7x-8", {ACC: "tpu7x", TOPO: "2x2x1"}, "4", None),
         ("tpu7x-64", {ACC: "tpu7x", TOPO: "2x4x4", POLICY: "tpu7x-64-2x4x4-placement-policy"},
-         "2", "tpu7x-64-2x4x4-placement-policy"),
+         "4", "tpu7x-64-2x4x4-placement-policy"),
         ("tpu7x-4x4x4", {ACC: "tpu7x", TOPO: "4x4x4", POLICY: "tpu7x-128-4x4x4-placement-policy"},
-         "2", "tpu7x-128-4x4x4-placement-policy"),
+         "4", "tpu7x-128-4x4x4-placement-policy"),
     ],
 )
 def test_selectors_resources_and_policy(name, selector, tpu, policy):

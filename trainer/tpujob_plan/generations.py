@@ -14,19 +14,21 @@ GB = 1000**3
 
 @dataclass(frozen=True)
 class MachineType:
-    """A GKE TPU machine type: how many chips one host (VM) has and how they are split into
-    containers (each container is one JAX process)."""
+    """A GKE TPU machine type: how many chips one host (VM) has, and into how many containers
+    (each one JAX process) a host may be split. The default layout is one container per host
+    with every chip, as xpk 1.16 runs (`--use-parallel-containers` is opt-in there)."""
 
     name: str
     chips_per_host: int
-    containers_per_host: int = 1
+    parallel_containers: int = 1  # containers per host the machine offers as an opt-in
     # Topologies this machine type can form. None: every topology of the generation with more
     # than one chip (the multi-host `-4t` types).
     topologies: frozenset[str] | None = None
 
     @property
-    def chips_per_container(self) -> int:
-        return self.chips_per_host // self.containers_per_host
+    def layouts(self) -> tuple[int, ...]:
+        """Containers per host this machine type can run: 1, and its parallel layout if any."""
+        return (1,) if self.parallel_containers == 1 else (1, self.parallel_containers)
 
     def serves(self, topology: str, chips: int) -> bool:
         if self.topologies is not None:
@@ -108,8 +110,9 @@ GENERATIONS: tuple[Generation, ...] = (
         hbm_bytes_per_chip=192 * GIB, peak_bf16_tflops_per_chip=2307.0,
         machine_types=(
             MachineType("tpu7x-standard-1t", 1, topologies=frozenset({"1x1x1"})),
-            # One container per NUMA node, each with 2 chips (xpk names them <name>-1, <name>-2).
-            MachineType("tpu7x-standard-4t", 4, containers_per_host=2),
+            # Opt-in: one container per NUMA node, each with 2 chips (xpk's
+            # --use-parallel-containers names them <name>-1, <name>-2).
+            MachineType("tpu7x-standard-4t", 4, parallel_containers=2),
         ),
         needs_workload_policy=True, device_kinds=("TPU7x", "TPU 7x", "TPU7"),
     ),

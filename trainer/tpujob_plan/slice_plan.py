@@ -24,6 +24,7 @@ class SlicePlan:
     slice_type: SliceType
     machine_type: MachineType
     slices: int
+    containers_per_host: int = 1  # 1, or the machine type's parallel layout (tpu7x: 2)
 
     @property
     def generation(self):
@@ -35,12 +36,8 @@ class SlicePlan:
         return self.slice_type.chips // self.machine_type.chips_per_host
 
     @property
-    def containers_per_host(self) -> int:
-        return self.machine_type.containers_per_host
-
-    @property
     def chips_per_container(self) -> int:
-        return self.machine_type.chips_per_container
+        return self.machine_type.chips_per_host // self.containers_per_host
 
     @property
     def devices_per_host(self) -> int:
@@ -101,13 +98,21 @@ class SlicePlan:
 
 
 def plan_slice(slice_name: str, *, slices: int = 1, machine_type: str | None = None,
-               field: str = "slice") -> SlicePlan:
-    """Plan `slices` slices of `slice_name`. Raises PlanError naming the field at fault."""
+               containers_per_host: int | None = None, field: str = "slice") -> SlicePlan:
+    """Plan `slices` slices of `slice_name`. Raises PlanError naming the field at fault.
+    `containers_per_host` None or 1 is one container per host with every chip; 2 is the
+    opt-in two-container layout where the machine type offers one (tpu7x-standard-4t)."""
     slice_type = resolve_slice(slice_name, field=field)
     if isinstance(slices, bool) or not isinstance(slices, int) or not 1 <= slices <= MAX_SLICES:
         raise PlanError(f"slices must be a whole number from 1 to {MAX_SLICES}, got {slices!r}",
                         field="slices")
-    return SlicePlan(slice_type, _machine_type(slice_type, machine_type), slices)
+    machine = _machine_type(slice_type, machine_type)
+    containers = 1 if containers_per_host is None else containers_per_host
+    if containers not in machine.layouts:
+        valid = " or ".join(str(n) for n in machine.layouts)
+        raise PlanError(f"{machine.name} runs {valid} container(s) per host, got {containers}",
+                        field="containersPerHost", valid=[str(n) for n in machine.layouts])
+    return SlicePlan(slice_type, machine, slices, containers)
 
 
 def _machine_type(slice_type: SliceType, requested: str | None) -> MachineType:

@@ -3,6 +3,7 @@
 | variable                          | meaning                                                              |
 |-----------------------------------|----------------------------------------------------------------------|
 | TPUJOB_COORDINATOR_ADDRESS        | `host:port` of process 0's JAX coordinator (multi-process runs)      |
+| TPUJOB_COORDINATOR_HOST           | process 0's host name alone (for programs that add their own port)  |
 | TPUJOB_PROCESS_ID                 | this process's index, 0 .. count-1 (or derived from the four below)  |
 | TPUJOB_HOST_INDEX                 | this pod's host index within its slice (the Indexed Job's index)     |
 | TPUJOB_HOSTS_PER_SLICE            | hosts (pods) per slice                                               |
@@ -29,6 +30,7 @@ import os
 from dataclasses import dataclass
 
 COORDINATOR_ADDRESS = "TPUJOB_COORDINATOR_ADDRESS"
+COORDINATOR_HOST = "TPUJOB_COORDINATOR_HOST"  # set by the operator; the trainer does not read it
 PROCESS_ID = "TPUJOB_PROCESS_ID"
 PROCESS_COUNT = "TPUJOB_PROCESS_COUNT"
 EXPECTED_DEVICES = "TPUJOB_EXPECTED_DEVICES"

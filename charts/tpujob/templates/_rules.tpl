@@ -25,6 +25,10 @@ Do not edit: change permissions.py and run the command again.
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list"]
+# progress from process 0's log (spec.trainer.progress.source log)
+- apiGroups: [""]
+  resources: ["pods/log"]
+  verbs: ["get"]
 # the trainer config (get and patch: when it already exists)
 - apiGroups: [""]
   resources: ["configmaps"]

@@ -14,6 +14,7 @@ from pydantic import ConfigDict, Field, ValidationInfo, field_validator, model_v
 
 from tpujob.api.base import ApiModel, Quantity, SparseApiModel, pattern_string
 from tpujob.api.schema import cel_extra, cel_rule
+from tpujob.log_progress import compile_user_regex
 
 # Syntax only: a generation prefix and either a size (`v6e-16`) or a topology (`v5p-4x4x4`).
 SLICE_PATTERN = r"^(v4|v5e|v5litepod|v5p|v6e|tpu7x)-([1-9][0-9]*|[1-9][0-9]*x[1-9][0-9]*(x[1-9][0-9]*)?)$"
@@ -121,6 +122,55 @@ class Parallelism(ApiModel):
         return {a.value: self.dcn[a] for a in MeshAxis if a in self.dcn}
 
 
+class ProgressSource(StrEnum):
+    """Where the operator reads a run's progress from."""
+
+    HTTP = "http"
+    LOG = "log"
+
+
+class LogFormat(StrEnum):
+    """How a progress line in process 0's log is read."""
+
+    MAXTEXT = "maxtext"
+    JSONL = "jsonl"
+    REGEX = "regex"
+
+
+class ProgressSpec(ApiModel):
+    """How the operator follows training progress (step, loss, speed) for status, stall
+    detection and goodput."""
+
+    model_config = ConfigDict(json_schema_extra=cel_extra(
+        cel_rule("(has(self.format) && self.format == 'regex') == has(self.regex)",
+                 "regex is required when format is regex, and only then", ".regex"),
+    ))
+
+    source: ProgressSource = Field(
+        ProgressSource.HTTP,
+        description="http: process 0's /progress endpoint (the built-in trainer serves it). "
+                    "log: process 0's container log, read through the Kubernetes pods/log API, "
+                    "for a program that does not serve /progress.")
+    format: LogFormat = Field(
+        LogFormat.JSONL,
+        description="With source log: maxtext (MaxText's `completed step: N, seconds: S, "
+                    "TFLOP/s/device: F, Tokens/s/device: T, ..., loss: L` lines), jsonl "
+                    "(JSON objects with `step` and `loss`) or regex.")
+    regex: str | None = Field(
+        None, min_length=1, max_length=1024,
+        description="With format regex: a Python regular expression with a named group "
+                    "`step` and optionally `loss`, `step_time_s`, `tokens_per_s_per_device`, "
+                    "`tflops_per_device`.")
+
+    @model_validator(mode="after")
+    def _regex_with_format(self) -> ProgressSpec:
+        if (self.format == LogFormat.REGEX) != (self.regex is not None):
+            raise ValueError("regex is required when format is regex, and only then")
+        if self.regex is not None:
+            compile_user_regex(self.regex)
+        return self
+
+
 class TrainerSpec(ApiModel):
     """The program every JAX process runs: the built-in trainer with its config, or your own."""
 
@@ -145,6 +195,10 @@ class TrainerSpec(ApiModel):
                     "JAX process. config and overrides must then be empty; use args.")
     args: list[str] | None = Field(
         None, description="Arguments to command (or to the image's entrypoint).")
+    progress: ProgressSpec = Field(
+        default_factory=ProgressSpec,
+        description="Where progress is read from: http (default; the built-in trainer's "
+                    "/progress) or log, with the format of process 0's log lines.")
 
     @model_validator(mode="after")
     def _own_trainer_takes_no_config(self) -> TrainerSpec:
@@ -443,6 +497,16 @@ class TpuTrainingJobSpec(ApiModel):
         description="GKE machine type, where the generation offers a choice (e.g. "
                     "ct6e-standard-8t for a single-host v6e-8); default: the multi-host type. "
                     "Immutable.")
+    containers_per_host: int = Field(
+        1, ge=1, le=2, json_schema_extra=cel_extra(cel_rule(
+            "self == oldSelf",
+            "spec.containersPerHost is immutable: delete the job and create it again to change "
+            "it")),
+        description="Trainer containers (JAX processes) per host. 1 (default): one container "
+                    "with every chip of the host, as xpk runs by default. 2: on "
+                    "tpu7x-standard-4t only, two containers of 2 chips each, one per NUMA node "
+                    "(xpk's --use-parallel-containers), with the TPU runtime variables two "
+                    "processes on one host need (see docs/bring-your-own.md). Immutable.")
     slices: int = Field(1, ge=1, le=1024, json_schema_extra=cel_extra(cel_rule(
                             "self == oldSelf",
                             "spec.slices is immutable: delete the job and create it again to "

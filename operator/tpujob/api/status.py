@@ -44,6 +44,7 @@ class ConditionType(StrEnum):
     SUCCEEDED = "Succeeded"
     FAILED = "Failed"
     SPEC_APPLIED = "SpecApplied"
+    PROGRESS_READABLE = "ProgressReadable"  # progress lines in process 0's log can be read
 
 
 class ConditionStatus(StrEnum):

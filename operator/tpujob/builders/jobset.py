@@ -10,7 +10,7 @@ from tpujob.api.spec import TpuTrainingJobSpec
 from tpujob.builders import names
 from tpujob.builders.fingerprint import FINGERPRINT_ANNOTATION, encode_fingerprint
 from tpujob.builders.trainer_config import build_config_map
-from tpujob.builders.wiring import build_process_env
+from tpujob.builders.wiring import build_process_env, merge_env
 from tpujob_plan.slice_plan import TPU_RESOURCE, SlicePlan
 
 SIGNAL_EXIT_CODES = range(129, 256)  # 128 + signal number: SIGTERM on preemption is 143
@@ -92,8 +92,7 @@ def _container(spec: TpuTrainingJobSpec, plan: SlicePlan, jobset_name: str, name
         "requests": {**spec.resources.requests, **plan.container_resources["requests"]},
         "limits": {**spec.resources.limits, **plan.container_resources["limits"]},
     }
-    env = build_process_env(jobset_name, plan, index)
-    env += [e.to_dict() for e in spec.env]
+    env = merge_env(build_process_env(jobset_name, plan, index), [e.to_dict() for e in spec.env])
     if spec.wandb is not None and spec.wandb.api_key_secret is not None:
         ref = spec.wandb.api_key_secret
         env.append({"name": "WANDB_API_KEY", "valueFrom": {

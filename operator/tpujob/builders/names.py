@@ -8,7 +8,9 @@ MANAGED_BY = "tpujob"
 REPLICATED_JOB = "slice"
 TRAINER_CONTAINER = "trainer"
 METRICS_PORT = 9431
-COORDINATOR_PORT = 8476  # JAX's port for GKE TPU clusters
+COORDINATOR_PORT = 8482  # JAX's coordinator port on GKE TPU (jax/_src/clusters/cloud_tpu_cluster.py)
+MEGASCALE_PORT = 8081  # the TPU runtime's DCN port, as Ray's TPU utilities pass it
+TPU_PROCESS_PORT = 8476  # libtpu's first per-process port where a host runs several processes
 
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
 JOBSET_LABEL_JOB_INDEX = "jobset.sigs.k8s.io/job-index"

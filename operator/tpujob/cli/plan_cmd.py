@@ -25,6 +25,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="number of slices (multi-slice over DCN); default 1")
     p.add_argument("--machine-type", help="GKE machine type, e.g. ct6e-standard-8t for a "
                                           "single-host v6e-8")
+    p.add_argument("--containers-per-host", type=int, metavar="N",
+                   help="trainer containers per host: 1 (default, every chip in one process) or "
+                        "2 on tpu7x-standard-4t (two processes of 2 chips, opt-in)")
     p.add_argument("--ici", default="", metavar="AXIS=N,...",
                    help=f"mesh axes within a slice ({', '.join(MESH_AXES)}); one may be -1")
     p.add_argument("--dcn", default="", metavar="AXIS=N,...",

@@ -3,7 +3,7 @@ details a person needs to act on."""
 
 from __future__ import annotations
 
-from tpujob.planning import SliceResult
+from tpujob.planning import SliceResult, layouts
 from tpujob_plan.mesh import format_axes
 
 GIB = 1024**3
@@ -44,9 +44,14 @@ def _details(r: SliceResult) -> list[str]:
     p = r.plan
     assert p is not None
     out = ["", f"{p.slice_type.name} ({p.slice_type.topology_name}):"]
-    if p.containers_per_host > 1:
-        out.append(f"  containers      {p.containers_per_host} per host x "
-                   f"{p.chips_per_container} chips, one JAX process each")
+    for layout in layouts(p):
+        chosen = "   <- planned" if layout.containers_per_host == p.containers_per_host else ""
+        option = ("default" if layout.containers_per_host == 1
+                  else f"opt-in: containersPerHost {layout.containers_per_host}")
+        if len(p.machine_type.layouts) > 1:
+            out.append(f"  layout          {layout.containers_per_host} container(s) x "
+                       f"{layout.chips_per_container} chips per host: {layout.processes} JAX "
+                       f"processes ({option}){chosen}")
     selector = ", ".join(f"{k}={v}" for k, v in p.node_selector.items())
     out.append(f"  node selector   {selector}")
     out.append(f"  resources       google.com/tpu: {p.chips_per_container} per container")

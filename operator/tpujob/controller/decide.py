@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from tpujob.api.spec import StallAction, TpuTrainingJobSpec
+from tpujob.api.spec import ProgressSource, StallAction, TpuTrainingJobSpec
 from tpujob.api.status import (
     Condition,
     ConditionStatus,
@@ -67,6 +67,7 @@ class Observation:
     failure: tuple[FailureReason, str] | None = None   # from the pods, when read
     progress: ProgressReading | None = None            # None: not read or not served
     blocked: tuple[FailureReason, str] | None = None   # children cannot be created (yet)
+    progress_problem: str | None = None  # a progress line in process 0's log that cannot be read
 
 
 @dataclass(frozen=True)
@@ -224,8 +225,7 @@ def decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
         b.status.completion_time = None
     spec = verdict.job.spec if verdict.job is not None else None
     if verdict.valid:
-        b.set(ConditionType.VALID, True, "Valid", "slice, mesh, trainer config and memory "
-                                                  "checked")
+        b.set(ConditionType.VALID, True, "Valid", verdict.checked)
         b.status.slice = _slice_status(verdict)
     if obs.blocked is not None and not js.exists:
         reason, message = obs.blocked
@@ -255,6 +255,12 @@ def decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
     b.status.restarts = prev.restarts + (js.restarts - baseline)
     b.status.jobset_restarts = js.restarts
     b.status.progress = _progress(prev.progress, obs.progress, obs.now)
+    if obs.progress_problem is not None:
+        b.set(ConditionType.PROGRESS_READABLE, False, "UnreadableProgressLine",
+              obs.progress_problem)
+    elif obs.progress is not None and find_condition(
+            prev.conditions, ConditionType.PROGRESS_READABLE.value) is not None:
+        b.set(ConditionType.PROGRESS_READABLE, True, "ProgressRead", "")
     if b.status.restarts > prev.restarts and not js.failed:
         cause = f": {obs.failure[1]}" if obs.failure else ""
         b.event("Warning", "Restarted", f"restart {b.status.restarts} of "
@@ -319,7 +325,10 @@ def _supervise(b: _Builder, spec: TpuTrainingJobSpec) -> Decision:
     running_since = (running.last_transition_time
                      if running is not None and running.status == ConditionStatus.TRUE
                      else obs.now)
-    watched = not spec.is_custom_trainer or b.status.progress is not None
+    # A program of one's own is judged by its progress only once some is seen, unless its
+    # progress is read from its log (then the first-step allowance applies as to the built-in).
+    watched = (not spec.is_custom_trainer or b.status.progress is not None
+               or spec.trainer.progress.source == ProgressSource.LOG)
     deadline = stall_deadline(spec, running_since, b.status.progress) if watched else None
     if deadline is None or obs.now <= deadline:
         b.clear_if_present(ConditionType.STALLED, "Progressing")

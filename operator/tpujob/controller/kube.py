@@ -181,6 +181,20 @@ class KubeApi:
                           namespace, label_selector=selector)
         return [self.api.sanitize_for_serialization(p) for p in pods.items]
 
+    def read_pod_log(self, namespace: str, pod: str, container: str, tail_lines: int,
+                     since_seconds: int) -> str | None:
+        """The end of a container's log (pods/log), or None when it cannot be read (no pod, a
+        container not started, a kubelet that does not answer): a missing log is never an
+        error of the job, the next look tries again."""
+        try:
+            return self._call(
+                f"read the log of {namespace}/{pod}/{container}",
+                self.core.read_namespaced_pod_log, pod, namespace, container=container,
+                tail_lines=tail_lines, since_seconds=since_seconds)
+        except (ApiRefused, ApiUnavailable) as err:
+            log.debug("no log of %s/%s/%s: %s", namespace, pod, container, err)
+            return None
+
     # -- ConfigMap -------------------------------------------------------------------------
     def apply_config_map(self, body: dict[str, Any]) -> None:
         """Create the trainer's ConfigMap, or bring its data up to date."""

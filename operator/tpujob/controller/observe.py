@@ -10,6 +10,7 @@ the cluster sets on preemption and eviction, and `state.waiting.reason` for pods
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -236,9 +237,8 @@ class ProgressReading:
                    and doc["phase"] else None)
 
 
-def find_process_zero(pods: list[dict[str, Any]]) -> tuple[str, int] | None:
-    """(pod IP, metrics port) of JAX process 0: slice 0, host 0, first container; None until that
-    pod runs with an IP."""
+def running_process_zero_pods(pods: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
+    """The running pods of JAX process 0's host: slice 0, host 0."""
     for pod in pods:
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}
@@ -247,8 +247,16 @@ def find_process_zero(pods: list[dict[str, Any]]) -> tuple[str, int] | None:
                                 labels.get(names.JOB_COMPLETION_INDEX_ANNOTATION))
         if str(labels.get(names.JOBSET_LABEL_JOB_INDEX, "0")) != "0" or str(index) != "0":
             continue
+        if (pod.get("status") or {}).get("phase") == "Running":
+            yield pod
+
+
+def find_process_zero(pods: list[dict[str, Any]]) -> tuple[str, int] | None:
+    """(pod IP, metrics port) of JAX process 0: slice 0, host 0, first container; None until that
+    pod runs with an IP."""
+    for pod in running_process_zero_pods(pods):
         status = pod.get("status") or {}
-        if status.get("phase") != "Running" or not status.get("podIP"):
+        if not status.get("podIP"):
             continue
         containers = (pod.get("spec") or {}).get("containers") or []
         for port in (containers[0].get("ports") or []) if containers else []:

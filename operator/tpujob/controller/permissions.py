@@ -28,6 +28,8 @@ NAMESPACED: tuple[Rule, ...] = (
          "resume it, re-create it after a spec change made while suspended"),
     Rule("batch", "jobs", ("list", "delete"), "restart a stalled run (JobSet re-creates them)"),
     Rule("", "pods", ("list",), "termination messages, restarts and the process-0 metrics address"),
+    Rule("", "pods/log", ("get",), "progress from process 0's log (spec.trainer.progress.source "
+                                   "log)"),
     Rule("", "configmaps", ("get", "create", "patch"),
          "the trainer config (get and patch: when it already exists)"),
     Rule("", "events", ("create",), "Events on phase changes and refusals"),

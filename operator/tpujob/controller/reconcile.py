@@ -13,12 +13,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tpujob.api.spec import ProgressSource
 from tpujob.api.status import FailureReason, Phase, TpuTrainingJobStatus
 from tpujob.builders.fingerprint import FINGERPRINT_ANNOTATION, changed_fields
 from tpujob.builders.jobset import build_children
 from tpujob.controller.decide import Action, Decision, Observation, decide
 from tpujob.controller.events import PostEvent
 from tpujob.controller.kube import ApiRefused, ApiUnavailable, KubeApi
+from tpujob.controller.log_source import ReadLog, read_log_progress
 from tpujob.controller.metrics import OperatorMetrics
 from tpujob.controller.observe import (
     JobSetState,
@@ -65,6 +67,7 @@ class Reconciler:
                  metrics: OperatorMetrics | None = None, *,
                  ensure_policy: PolicyEnsurer | None = None,
                  read_progress: Callable[[str, int], ProgressReading | None] | None = None,
+                 read_log: ReadLog | None = None,
                  record_event: PostEvent | None = None,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)):
         self.kube = kube
@@ -73,6 +76,7 @@ class Reconciler:
         self.ensure_policy = ensure_policy
         self.read_progress = read_progress or (
             lambda ip, port: fetch_progress(ip, port, settings.progress_timeout_s))
+        self.read_log = read_log or (lambda *args: self.kube.read_pod_log(*args))
         self.clock = clock
         # Posts an Event: at once by default; the operator hands them to its EventRecorder.
         self.record_event = record_event or (
@@ -158,14 +162,21 @@ class Reconciler:
         failure = None
         if js.exists and (js.failed or js.restarts > prev.jobset_restarts):
             failure = self._failure(ns, name)
-        progress = None
+        progress, problem = None, None
         if js.exists and js.all_ready and not js.suspended and not js.failed \
                 and not js.completed:
-            progress = self._progress(ns, name, js)
+            source = verdict.job.spec.trainer.progress if verdict.valid else None
+            if source is not None and source.source == ProgressSource.LOG:
+                found = read_log_progress(self.read_log, ns, self.kube.list_pods(ns, name),
+                                          source)
+                progress, problem = found.progress, found.problem
+                self.metrics.progress_reads.labels("ok" if progress else "none").inc()
+            else:
+                progress = self._progress(ns, name, js)
         return Observation(now=self.clock(), generation=int(meta.get("generation", 0)),
                            verdict=verdict, jobset=js, spec_matches=spec_matches,
                            changed_fields=changed, failure=failure, progress=progress,
-                           blocked=blocked)
+                           blocked=blocked, progress_problem=problem)
 
     # -- acting ----------------------------------------------------------------------------
     def _create_children(self, job: dict[str, Any], verdict: Verdict) -> dict[str, Any]:

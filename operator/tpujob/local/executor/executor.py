@@ -366,7 +366,7 @@ class Executor:
                 log.debug("event not posted: %s", err)
 
     def _lookup(self, kind: str, ns: str, obj_name: str) -> dict[str, Any] | None:
-        resource = {"ConfigMap": CONFIGMAPS, "Secret": SECRETS}[kind]
+        resource = {"ConfigMap": CONFIGMAPS, "Secret": SECRETS, "Job": JOBS}[kind]
         return self.api.get(resource, ns, obj_name)
 
 

@@ -34,9 +34,11 @@ from . import keys
 from .keys import PodPhase
 from .network import LocalNetwork
 from .objects import find_condition, format_time, is_deleting, is_pod_terminal, meta, uid
+from .pod_dns import build_hosts_file, can_bind_hosts, read_machine_hosts, wrap_with_hosts
 from .podenv import ContainerConfigError, Lookup, PathMap, expand_command, resolve_env
 from .settings import ExecutorSettings
 from .spawn import popen_tied
+from .tpu_webhook import build_local_jax_env, build_tpu_webhook_env
 
 log = logging.getLogger(__name__)
 
@@ -314,9 +316,15 @@ class Kubelet:
         c.log_path = c.dir / f"{c.restart_count}.log"
         # Output goes through a pipe, as to a container runtime, so that each line's time is
         # recorded (for `kubectl logs --timestamps` and `--since`).
+        command = [executable, *argv[1:]]
+        if self.settings.pod_hosts and can_bind_hosts():
+            hosts = c.dir / "hosts"
+            hosts.write_text(build_hosts_file(read_machine_hosts(),
+                                              self.network.hosts_entries(run.key[0])))
+            command = wrap_with_hosts(command, str(hosts))
         read_end, write_end = os.pipe()
         try:
-            c.proc = popen_tied([executable, *argv[1:]], cwd=workdir, env=env,
+            c.proc = popen_tied(command, cwd=workdir, env=env,
                                 stdin=subprocess.DEVNULL, stdout=write_end,
                                 stderr=subprocess.STDOUT, start_new_session=True)
         except OSError as err:
@@ -394,12 +402,22 @@ class Kubelet:
         base.update(self.settings.extra_env)
         base["HOSTNAME"] = spec.get("hostname") or run.key[1]
         pod = _with_addresses(run.pod, run.ip)
-        env = resolve_env(pod, c.spec, self.lookup, base)
         ns = run.key[0]
+        # What GKE's TPU webhook would have added to the pod spec (the container's own env wins).
+        webhook = build_tpu_webhook_env(pod, self._owner_job(pod))
+        base.update({k: self.network.rewrite(ns, v) for k, v in webhook.items()})
+        base.update(build_local_jax_env(pod, webhook))
+        env = resolve_env(pod, c.spec, self.lookup, base)
         for k, v in env.items():
             if base.get(k) != v:
                 env[k] = self.network.rewrite(ns, paths.apply(v))
         return apply_local_overrides(env, run.ip, str(c.term_path), self.settings)
+
+    def _owner_job(self, pod: dict[str, Any]) -> dict[str, Any] | None:
+        for ref in meta(pod).get("ownerReferences") or []:
+            if ref.get("kind") == "Job" and ref.get("controller"):
+                return self.lookup("Job", meta(pod).get("namespace", ""), ref.get("name", ""))
+        return None
 
     # -- inspection --------------------------------------------------------------------------
 
@@ -468,6 +486,22 @@ def apply_local_overrides(env: dict[str, str], ip: str, termination_log: str,
     elif expected is not None and processes > 0 and expected % processes == 0 and \
             not env.get(trainer_env.CPU_DEVICES):
         env[trainer_env.CPU_DEVICES] = str(expected // processes)
+    return _local_jax_env(env, ip)
+
+
+def _local_jax_env(env: dict[str, str], ip: str) -> dict[str, str]:
+    """For any JAX program (not only the built-in trainer): as many CPU devices as a TPU host
+    has chips' devices (JAX's own `JAX_NUM_CPU_DEVICES`), and JAX's coordinator bound to the
+    pod's own address (`JAX_COORDINATOR_BIND_ADDRESS`, on the port of JAX_COORDINATOR_ADDRESS,
+    else JAX_COORDINATOR_PORT; JAX binds every interface by default, where two local jobs would
+    share the port)."""
+    if env.get(trainer_env.CPU_DEVICES) and not env.get("JAX_NUM_CPU_DEVICES"):
+        env["JAX_NUM_CPU_DEVICES"] = env[trainer_env.CPU_DEVICES]
+    coordinator = env.get("JAX_COORDINATOR_ADDRESS", "")
+    port = coordinator.rsplit(":", 1)[1] if ":" in coordinator else \
+        env.get("JAX_COORDINATOR_PORT", "")
+    if port and not env.get("JAX_COORDINATOR_BIND_ADDRESS"):
+        env["JAX_COORDINATOR_BIND_ADDRESS"] = f"{ip}:{port}"
     return env
 
 

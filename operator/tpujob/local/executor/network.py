@@ -89,3 +89,20 @@ class LocalNetwork:
             resolved = self.resolve(namespace, match.group(0))
             return resolved if resolved is not None else match.group(0)
         return pattern.sub(replace, text)
+
+    def hosts_entries(self, namespace: str) -> list[tuple[str, list[str]]]:
+        """Every pod DNS name with an address, as /etc/hosts lines for a pod in `namespace`:
+        (address, names), `<host>.<subdomain>` for its own namespace's names, then the
+        namespace-qualified forms."""
+        with self._lock:
+            keys = [(k, a) for k, a in self._by_key.items() if k[0] == "dns"]
+            published = {ns: set(subs) for ns, subs in self._domains.items()}
+        out = []
+        for (_, ns, sub, host), address in sorted(keys, key=lambda kv: kv[1]):
+            if sub not in published.get(ns, set()):
+                continue
+            base = f"{host}.{sub}"
+            names = [base] if ns == namespace else []
+            out.append((address, [*names, f"{base}.{ns}", f"{base}.{ns}.svc",
+                                  f"{base}.{ns}.svc.cluster.local"]))
+        return out

@@ -38,6 +38,9 @@ class ExecutorSettings:
     extra_env: dict[str, str] = field(default_factory=dict)
 
     emit_events: bool = True
+    # Each container process gets the pod's /etc/hosts (pod DNS names) in a mount namespace of
+    # its own, where the machine allows it (pod_dns.py).
+    pod_hosts: bool = True
     ip_block: tuple[int, int] | None = None  # 127.A.B.0/24 for pod addresses; None: random
 
     def grace_seconds(self, spec_seconds: float | None, default: float = 30) -> float:

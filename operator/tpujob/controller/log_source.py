@@ -1,0 +1,62 @@
+"""Progress read from JAX process 0's container log, for a job whose
+`spec.trainer.progress.source` is `log`: find process 0's pod and container, read the end of its
+log through the pods/log API (a few hundred lines, the last few minutes), and take the newest
+progress line (`tpujob.log_progress`). A line that cannot be read is reported, never raised: the
+job gets a condition and the operator keeps looking."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from tpujob.api.spec import ProgressSpec
+from tpujob.controller.observe import ProgressReading, running_process_zero_pods
+from tpujob.log_progress import LogFormatError, latest_progress
+
+log = logging.getLogger("tpujob.operator")
+TAIL_LINES = 400       # MaxText writes one line per step, plus a few around checkpoints
+SINCE_SECONDS = 900    # a step slower than this is a stall anyway
+
+# (namespace, pod, container, tailLines, sinceSeconds) -> the log text, or None (no log yet)
+ReadLog = Callable[[str, str, str, int, int], str | None]
+
+
+@dataclass(frozen=True)
+class LogReading:
+    """What one look at process 0's log found: a reading, or a problem, or neither."""
+
+    progress: ProgressReading | None = None
+    problem: str | None = None
+
+
+def find_process_zero_container(pods: list[dict[str, Any]]) -> tuple[str, str] | None:
+    """(pod name, container name) of JAX process 0: slice 0, host 0, first container; None
+    until that pod runs."""
+    for pod in running_process_zero_pods(pods):
+        name = (pod.get("metadata") or {}).get("name")
+        containers = (pod.get("spec") or {}).get("containers") or []
+        if containers and name:
+            return name, containers[0]["name"]
+    return None
+
+
+def read_log_progress(read_log: ReadLog, namespace: str, pods: list[dict[str, Any]],
+                      progress: ProgressSpec) -> LogReading:
+    """One look at process 0's log. Never raises for what the log holds."""
+    target = find_process_zero_container(pods)
+    if target is None:
+        return LogReading()
+    text = read_log(namespace, *target, TAIL_LINES, SINCE_SECONDS)
+    if not text:
+        return LogReading()
+    fmt = progress.format.value
+    try:
+        doc = latest_progress(text, fmt, progress.regex)
+    except (LogFormatError, ValueError) as err:
+        return LogReading(problem=f"process 0's log ({target[0]}/{target[1]}) has a {fmt} "
+                                  f"progress line that cannot be read: {err}")
+    if doc is None:
+        return LogReading()
+    return LogReading(progress=ProgressReading.from_document(doc))

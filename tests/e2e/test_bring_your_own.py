@@ -1,0 +1,147 @@
+"""Programs that know nothing of tpujob, in local mode (2 hosts of a v6e-8, JAX on CPU): a plain
+JAX script whose `jax.distributed.initialize()` takes no arguments trains to Succeeded, wired
+only by the standard variables (JAX's coordinator address, GKE's TPU webhook variables, which
+local mode gives as a cluster would)."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.conftest import json_lines, unique
+from tests.support.apiserver import wait_for
+
+pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+PROGRAMS = Path(__file__).resolve().parent / "programs"
+
+
+def test_plain_jax_with_no_arguments_to_initialize(local):
+    name = unique("plain-jax")
+    local.apply(name, {
+        "slice": "v6e-8", "image": "jax:1", "output": "gs://tpujob-e2e/plain",
+        "trainer": {"command": ["python3", str(PROGRAMS / "plain_jax_train.py")],
+                    "progress": {"source": "log", "format": "jsonl"}},
+        "restartPolicy": {"maxRestarts": 0}})
+    job = local.wait_phase(name, "Succeeded", "Failed", timeout=180)
+    assert job["status"]["phase"] == "Succeeded", (job["status"], [p.read_text()[-3000:] for p in local.logs(name)])
+    valid = next(c for c in job["status"]["conditions"] if c["type"] == "Valid")
+    assert "mesh, batch and memory not checked" in valid["message"]
+    for host in (0, 1):
+        [log] = local.logs(name, host=host)
+        lines = json_lines(log)
+        start = next(e for e in lines if e.get("event") == "start")
+        # Both hosts joined one 2-process JAX job, each as the process its pod's index says.
+        assert (start["process"], start["processes"], start["devices"]) == (host, 2, 2)
+        losses = [e["loss"] for e in lines if "step" in e]
+        assert len(losses) == 8 and losses[-1] < losses[0] / 2, losses
+
+
+RESOLVE_ITSELF = """
+import json, os, socket, sys
+job = sys.argv[1]  # the job's name alone: the program builds the host names itself
+names = [f"{job}-slice-0-{i}.{job}" for i in (0, 1)]
+print(json.dumps({"me": os.environ["TPUJOB_BIND_ADDRESS"],
+                  "resolved": [socket.gethostbyname(n) for n in names]}), flush=True)
+"""
+
+
+def test_a_program_resolves_pod_host_names_it_builds_itself(local):
+    name = unique("dns")
+    local.apply(name, {"slice": "v6e-8", "image": "py:1", "output": "gs://tpujob-e2e/dns",
+                       "trainer": {"command": ["python3", "-c", RESOLVE_ITSELF],
+                                   "args": [name]},
+                       "restartPolicy": {"maxRestarts": 0}})
+    job = local.wait_phase(name, "Succeeded", "Failed", timeout=120)
+    assert job["status"]["phase"] == "Succeeded", [p.read_text() for p in local.logs(name)]
+    seen = [json_lines(local.logs(name, host=h)[0])[0] for h in (0, 1)]
+    # Each host resolves both pods' names to their own addresses, as cluster DNS answers.
+    assert seen[0]["resolved"] == seen[1]["resolved"] == [seen[0]["me"], seen[1]["me"]]
+
+
+# -- MaxText from PyPI ---------------------------------------------------------------------------
+
+MAXTEXT_STEP = re.compile(r"completed step: (\d+), seconds: ")
+MAXTEXT_TINY = {
+    "hardware": "cpu", "dataset_type": "synthetic", "enable_goodput_recording": "false",
+    "base_emb_dim": 32, "base_num_query_heads": 2, "base_num_kv_heads": 2, "head_dim": 16,
+    "base_mlp_dim": 64, "base_num_decoder_layers": 1, "vocab_size": 256,
+    "max_target_length": 32, "per_device_batch_size": 2, "weight_dtype": "float32",
+    "steps": 200, "enable_checkpointing": "true", "async_checkpointing": "false",
+    "checkpoint_period": 20, "jax_distributed_initialization_timeout": 120,
+}
+
+
+@pytest.fixture(scope="module")
+def maxtext():
+    """MaxText's Python 3.12 environment, built once and cached outside the repository
+    (tools/maxtext_env.py). A build that cannot be made fails the test with the reason."""
+    from tools.maxtext_env import MaxTextEnvError, ensure
+    try:
+        return ensure()
+    except MaxTextEnvError as err:
+        pytest.fail(f"MaxText's environment could not be built: {err}")
+
+
+def maxtext_job(marker: dict, name: str, output: Path) -> dict:
+    args = [marker["base_yml"], f"run_name={name}", f"base_output_directory={output}",
+            *(f"{k}={v}" for k, v in MAXTEXT_TINY.items())]
+    return {
+        "slice": "v6e-8", "image": "maxtext:0.2.4", "output": str(output),
+        "trainer": {"command": [marker["python"], "-m", marker["train_module"]], "args": args,
+                    "progress": {"source": "log", "format": "maxtext"}},
+        # MaxText's CPU path resolves JAX_COORDINATOR_ADDRESS as a host name and adds its port.
+        "env": [{"name": "JAX_COORDINATOR_ADDRESS", "value": "$(TPUJOB_COORDINATOR_HOST)"},
+                {"name": "JAX_COORDINATOR_PORT", "value": "1234"},  # MaxText's fixed CPU port
+                {"name": "DECOUPLE_GCLOUD", "value": "TRUE"},
+                {"name": "PYTHONPATH", "value": ""}],
+        "restartPolicy": {"maxRestarts": 2}, "firstStepTimeoutSeconds": 600,
+    }
+
+
+def maxtext_steps(path: Path) -> list[int]:
+    return [int(m.group(1)) for m in MAXTEXT_STEP.finditer(path.read_text(errors="replace"))]
+
+
+def _tails(logs: list[Path]) -> str:
+    return "\n".join(f"== {p}\n{p.read_text(errors='replace')[-2500:]}" for p in logs)
+
+
+def test_maxtext_trains_restarts_after_a_kill_and_resumes_its_checkpoints(local, maxtext,
+                                                                          tmp_path):
+    name = unique("maxtext")
+    output = tmp_path / "out"
+    local.apply(name, maxtext_job(maxtext, name, output))
+    checkpoints = output / name / "checkpoints"
+    try:
+        # MaxText saves step 0 as soon as it starts; wait for one made by training.
+        wait_for(lambda: [p for p in checkpoints.glob("*") if p.name.isdigit() and int(p.name)],
+                 timeout=400, interval=0.1, message="MaxText's first checkpoint after step 0")
+    except BaseException:
+        pytest.fail(f"no checkpoint: {local.status(name)}\n{_tails(local.logs(name))}")
+    # Host 1 killed at once, while MaxText still has most of its steps to run.
+    [host1] = [p for p in local.processes(name) if "-slice-0-1-" in p["pod"]]
+    os.kill(host1["pid"], signal.SIGKILL)
+
+    job = local.wait_phase(name, "Succeeded", "Failed", timeout=400)
+    status = job["status"]
+    logs = local.logs(name)
+    assert status["phase"] == "Succeeded", (status, _tails(logs))
+    assert status["restarts"] == 1
+    first, second = logs
+    before, after = maxtext_steps(first), maxtext_steps(second)
+    # The second run resumed from one of its own checkpoints, not from step 0, and finished.
+    saved = sorted(int(p.name) for p in checkpoints.glob("*") if p.name.isdigit())
+    assert before and after and after[0] - 1 in saved and after[0] <= max(before) + 1, \
+        (before, after, saved)
+    assert after[0] - 1 >= MAXTEXT_TINY["checkpoint_period"]
+    assert after[-1] == MAXTEXT_TINY["steps"] - 1
+    # MaxText's own step lines reached the job's status through process 0's log (what
+    # `kubectl get tpujobs` shows in its Step, Loss and Tok/s/dev columns).
+    seen = status["progress"]
+    assert after[0] <= seen["step"] <= after[-1]
+    assert seen["loss"] > 0 and seen["tokensPerSecondPerDevice"] > 0
+    assert seen["stepTimeSeconds"] > 0 and seen["tflopsPerDevice"] >= 0
