@@ -231,7 +231,8 @@ def test_printer_columns(version):
     default = [c for c in columns if not c.get("priority")]
     # kubectl adds NAME itself and upper-cases the rest.
     assert ["NAME"] + [c["name"].upper() for c in default] == [
-        "NAME", "SLICE", "HOSTS", "PHASE", "STEP", "LOSS", "TOK/S/DEV", "MFU", "RESTARTS", "AGE"]
+        "NAME", "SLICE", "HOSTS", "PHASE", "STEP", "LOSS", "TOK/S/DEV", "MFU", "RESTARTS", "GOODPUT",
+        "AGE"]
 
 
 def test_printer_columns_resolve(version, root_schema):

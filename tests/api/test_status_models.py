@@ -20,6 +20,7 @@ from tpujob.api import (
     find_condition,
     format_errors,
 )
+from tpujob.api.status import Badput, Goodput
 
 pytestmark = pytest.mark.unit
 
@@ -40,6 +41,8 @@ def sample_status() -> TpuTrainingJobStatus:
                           tokens_per_second_per_device=8192.0, tflops_per_device=410.5,
                           mfu=0.447, last_checkpoint_step=100, last_update_time=T0),
         failure=Failure(reason=FailureReason.PREEMPTED, message="node pool upgraded"),
+        goodput=Goodput(percent=91.5, productive_seconds=915.0, wall_seconds=1000.0,
+                        badput=Badput(program_startup=40.0, other=45.0)),
         start_time=T0)
 
 

@@ -58,6 +58,8 @@ def build_printer_columns() -> list[dict[str, Any]]:
                 "Tokens per second per JAX device."),
         _column("MFU", "number", ".status.progress.mfu", "Model FLOPs utilization (0-1)."),
         _column("Restarts", "integer", ".status.restarts", "Restarts so far."),
+        _column("Goodput", "number", ".status.goodput.percent",
+                "Percent of wall time that became training progress (docs/goodput.md)."),
         _column("Age", "date", ".metadata.creationTimestamp", "Time since creation."),
         _column("Slices", "integer", ".spec.slices", "Number of slices.", priority=1),
         _column("TFLOP/s/dev", "number", ".status.progress.tflopsPerDevice",

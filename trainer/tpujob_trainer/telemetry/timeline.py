@@ -124,7 +124,8 @@ class Timeline:
     def compact(self) -> dict[str, Any]:
         """What goes into the termination message (Kubernetes keeps 4 KiB of it)."""
         doc = self.document()
-        return {"attempt": doc["attempt"], "step": doc["step"], "steps": doc["steps"],
+        return {"attempt": doc["attempt"], "process_index": doc["process_index"],
+                "step": doc["step"], "steps": doc["steps"],
                 "resumed_from_step": doc["resumed_from_step"],
                 "seconds": {k: round(v, 3) for k, v in doc["seconds"].items()},
                 "step_time_median_s": doc["step_time_median_s"], "end": doc["end"]}
