@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from tpujob_plan.flops import train_flops_per_step
+from tpujob_trainer import compile_cache
 from tpujob_trainer.config.root import TrainerConfig
 from tpujob_trainer.env import ProcessEnv
 from tpujob_trainer.exits import Reason, TrainerExit
@@ -134,6 +135,7 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
 
     t_start = time.perf_counter()
     is_main = jax.process_index() == 0
+    cache_dir = compile_cache.enable(cfg.compile_cache, cfg.output)
     B, L = cfg.train.global_batch, cfg.train.seq_len
     devices = jax.devices()
     if B % jax.process_count():
@@ -153,7 +155,7 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
     log.emit("start", processes=jax.process_count(), devices=len(devices),
              device_kind=devices[0].device_kind, mesh=mesh_plan.axes, remat=remat,
              params=shape.total_params, flops_per_step=flops, peak_tflops_per_device=peak,
-             peak_source=peak_source, total_steps=cfg.train.steps)
+             peak_source=peak_source, total_steps=cfg.train.steps, compile_cache=cache_dir)
 
     _shared_attempt(timeline)
     if is_main:
@@ -228,7 +230,8 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
             compile_s = time.perf_counter() - t0
             timeline.charge_until_now("program_startup")
             memory("after_compile", compile_s=round(compile_s, 3))
-            log.emit("compiled", compile_s=compile_s, startup_s=time.perf_counter() - t_start)
+            log.emit("compiled", compile_s=compile_s, startup_s=time.perf_counter() - t_start,
+                     compile_cache=compile_cache.counts())
 
             return _run_steps(cfg, compiled, state, step, data, checkpointer, stop, log, progress,
                               memory, wandb_run, timeline, _Timer(time.perf_counter(), flops, B * L,
