@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tpujob.api.status import Phase
+from tpujob.api.status import Goodput, Phase
 from tpujob.controller.goodput import TimelineReading, account, summary
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -94,6 +94,16 @@ def test_accounting(name, passes, want):
     assert got == pytest.approx(want), name
 
 
+def test_passes_a_fraction_of_a_second_apart_add_up_to_the_time_that_passed():
+    # The status keeps whole seconds: 40 passes 0.4 s apart are 16 s, not 40.
+    kept = None
+    for i in range(41):  # through the status, as the operator reads it back
+        kept = account(kept, now=at(0.4 * i), phase_before=Phase.RUNNING,
+                       phase_after=Phase.RUNNING)
+        kept = Goodput.model_validate(kept.to_dict())
+    assert kept.wall_seconds == pytest.approx(16, abs=1)
+
+
 def test_categories_add_up_to_wall_time_with_other_taking_the_rest():
     g = run([(0, Phase.STARTING, None, []),
              (100, Phase.RUNNING, timeline("a", step=10, steps=10, productive=60,
@@ -116,7 +126,6 @@ def test_the_status_alone_carries_the_accounting_across_an_operator_restart():
               (20, Phase.RESTARTING, None, [])]
     g = run(passes)
     # A new operator reads the status back (as JSON) and goes on from there.
-    from tpujob.api.status import Goodput
     kept = Goodput.model_validate(g.to_dict())
     after = account(kept, now=at(35), phase_before=Phase.RESTARTING, phase_after=Phase.RUNNING,
                     reading=TimelineReading.from_document(

@@ -114,6 +114,9 @@ def account(prev: Goodput | None, *, now: datetime, phase_before: Phase, phase_a
             last_step_time_s: float | None = None) -> Goodput:
     """The next status.goodput; see the module docstring."""
     g = prev or Goodput()
+    # The status keeps whole seconds: integrate up to a whole second, so the fraction is
+    # counted by the next pass instead of again on every pass.
+    now = now.replace(microsecond=0)
     wall, queued, recovery = g.wall_seconds, g.queued_seconds, g.recovery_seconds
     if g.last_update_time is not None and now > g.last_update_time:
         elapsed = (now - g.last_update_time).total_seconds()
