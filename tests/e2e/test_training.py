@@ -117,4 +117,4 @@ def test_a_killed_host_is_restarted_and_resumes_from_its_checkpoint(local, refer
     assert goodput["attempts"] == 2
     assert goodput["lostSteps"] == max(before) - resume_from, goodput
     assert goodput["badput"]["wastedProgressFromDisruption"] > 0
-    assert goodput["recoverySeconds"] > 0 and goodput["badput"]["unproductiveCheckpointRestoreTime"] > 0
+    assert goodput["badput"]["unproductiveCheckpointRestoreTime"] > 0

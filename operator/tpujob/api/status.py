@@ -202,6 +202,9 @@ class Goodput(ApiModel):
                                   description="Timelines of the starts that ended, summed.")
     current: GoodputAttempt | None = Field(None, description="The newest start as last read.")
     last_update_time: Timestamp | None = Field(None, description="Time accounted up to.")
+    accounted_until: float | None = Field(None, ge=0, description="The same instant in Unix "
+                                          "seconds, to the sub-second (what the next pass "
+                                          "counts from).")
 
 
 class Failure(ApiModel):

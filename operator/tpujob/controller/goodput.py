@@ -114,12 +114,13 @@ def account(prev: Goodput | None, *, now: datetime, phase_before: Phase, phase_a
             last_step_time_s: float | None = None) -> Goodput:
     """The next status.goodput; see the module docstring."""
     g = prev or Goodput()
-    # The status keeps whole seconds: integrate up to a whole second, so the fraction is
-    # counted by the next pass instead of again on every pass.
-    now = now.replace(microsecond=0)
+    # Timestamps in the status keep whole seconds; the instant accounted up to is kept exactly
+    # (Unix seconds), so short phases count and no fraction is counted twice.
+    last = g.accounted_until if g.accounted_until is not None else (
+        g.last_update_time.timestamp() if g.last_update_time is not None else None)
     wall, queued, recovery = g.wall_seconds, g.queued_seconds, g.recovery_seconds
-    if g.last_update_time is not None and now > g.last_update_time:
-        elapsed = (now - g.last_update_time).total_seconds()
+    if last is not None and now.timestamp() > last:
+        elapsed = now.timestamp() - last
         if phase_before in QUEUED_PHASES:
             queued += elapsed
         elif phase_before in WALL_PHASES:
@@ -192,7 +193,8 @@ def account(prev: Goodput | None, *, now: datetime, phase_before: Phase, phase_a
         step_time_median_seconds=median, step_time_deviation_percent=deviation,
         step_time_max_deviation_percent=(current.step_time_max_deviation_percent
                                          if current is not None else None),
-        attempts=attempts, ended=ended, current=current, last_update_time=now)
+        attempts=attempts, ended=ended, current=current, last_update_time=now,
+        accounted_until=now.timestamp())
 
 
 def _rounded(badput: Badput) -> Badput:
