@@ -233,7 +233,7 @@ def test_printer_columns(version):
     # kubectl adds NAME itself and upper-cases the rest.
     assert ["NAME"] + [c["name"].upper() for c in default] == [
         "NAME", "SLICE", "HOSTS", "PHASE", "STEP", "LOSS", "TOK/S/DEV", "MFU", "RESTARTS",
-        "REASON", "AGE"]
+        "REASON", "GOODPUT", "AGE"]
 
 
 def test_printer_columns_resolve(version, root_schema):

@@ -20,7 +20,7 @@ from tpujob.api import (
     find_condition,
     format_errors,
 )
-from tpujob.api.status import display_of
+from tpujob.api.status import Badput, Goodput, display_of
 
 pytestmark = pytest.mark.unit
 
@@ -42,6 +42,8 @@ def sample_status() -> TpuTrainingJobStatus:
                           mfu=0.447, last_checkpoint_step=100, last_update_time=T0,
                           display=display_of(2.75, 8192.0, 0.447)),
         failure=Failure(reason=FailureReason.PREEMPTED, message="node pool upgraded"),
+        goodput=Goodput(percent=91.5, productive_seconds=915.0, wall_seconds=1000.0,
+                        badput=Badput(program_startup=40.0, other=45.0)),
         start_time=T0)
 
 

@@ -4,6 +4,7 @@ every process it started, and the README's first command (the quickstart example
 
 from __future__ import annotations
 
+import re
 import shutil
 import signal
 import subprocess
@@ -51,6 +52,8 @@ def test_one_job_succeeds_and_one_runs_out_of_memory(tmp_path):
     assert run.returncode == 1, run.stdout + run.stderr
     assert "Applied TpuTrainingJob fine, TpuTrainingJob oom" in run.stdout
     assert "fine succeeded: done" in run.stdout
+    # A program without the trainer's timeline: what the operator saw, and that it is partial.
+    assert "fine goodput not measured (no trainer timeline; wall " in run.stdout
     # The failure's reason, the trainer's message, and the failed container's last lines.
     assert "oom failed: OutOfMemory: pod oom-slice-0-" in run.stderr
     assert "exited 4: OutOfMemory: RESOURCE_EXHAUSTED" in run.stderr
@@ -135,6 +138,8 @@ def test_the_readme_first_command_runs_the_quickstart_to_success(tmp_path):
     steps = yaml.safe_load(example.read_text())["spec"]["trainer"]["config"]["train"]["steps"]
     assert f"quickstart succeeded: {steps} steps, final loss" in run.stdout
     assert "output gs://tpujob-quickstart/runs/quickstart" in run.stdout
+    assert re.search(r"quickstart goodput \d+\.\d% \([\d.]+ s productive of [\d.]+ s\); "
+                     r"lost steps 0", run.stdout), run.stdout[-2000:]
     final = [line for line in run.stdout.splitlines() if line.startswith("quickstart  Succeeded")]
     assert final and f"{steps}/{steps}" in final[-1] and f"ckpt {steps}" in final[-1]
     # The checkpoints went to the emulated bucket, which lives in the work directory.

@@ -61,6 +61,15 @@ def test_a_two_host_job_trains_to_completion(local, reference):
     assert [p["status"]["phase"] for p in pods] == ["Succeeded", "Succeeded"]
     reasons = [e["reason"] for e in local.events(reference["name"])]
     assert reasons[-1] == "Succeeded" and "Running" in reasons
+    # Goodput: one start, nothing lost, the trainer's categories measured and adding up.
+    goodput = status["goodput"]
+    assert goodput["attempts"] == 1 and goodput["lostSteps"] == 0
+    assert goodput["current"]["step"] == TOTAL and goodput["notMeasured"] == []
+    assert 0 < goodput["percent"] < 100 and goodput["productiveSeconds"] > 0
+    assert goodput["badput"]["programStartup"] > 0 and goodput["badput"]["tpuInitialization"] > 0
+    parts = goodput["productiveSeconds"] + sum(goodput["badput"].values())
+    assert parts == pytest.approx(goodput["wallSeconds"], abs=0.01)
+    assert "Goodput" in reasons
 
 
 def test_a_killed_host_is_restarted_and_resumes_from_its_checkpoint(local, reference, gcs_env):
@@ -101,3 +110,11 @@ def test_a_killed_host_is_restarted_and_resumes_from_its_checkpoint(local, refer
     assert after == {s: reference["losses"][s] for s in after}
     assert {s: before[s] for s in before} == {s: reference["losses"][s] for s in before}
     assert time.monotonic() - killed_at < 150
+
+    # Goodput: the steps host 0 completed past the checkpoint the second start resumed from
+    # are lost, exactly (host 0's exit record, read back by the second start, has its last one).
+    goodput = status["goodput"]
+    assert goodput["attempts"] == 2
+    assert goodput["lostSteps"] == max(before) - resume_from, goodput
+    assert goodput["badput"]["wastedProgressFromDisruption"] > 0
+    assert goodput["badput"]["unproductiveCheckpointRestoreTime"] > 0

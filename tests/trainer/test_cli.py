@@ -31,7 +31,9 @@ def test_pulse_trains_a_few_steps_and_reports(tmp_path):
         assert s["step_time_s"] > 0 and s["tokens_per_s_per_device"] > 0
     assert {m["phase"] for m in run.of("memory")} >= {"after_init", "after_compile"}
     assert run.of("end")[0]["reason"] == "Completed"
-    assert run.termination == {"reason": "Completed", "message": "trained 3 steps"}
+    assert run.termination["reason"] == "Completed"
+    assert run.termination["message"] == "trained 3 steps"
+    assert run.termination["goodput"]["step"] == 3
     assert (tmp_path / "out" / "checkpoints" / "3").exists()
 
 
@@ -105,7 +107,9 @@ def test_data_exhausted_with_repeat_trains_on_into_the_next_epoch(tmp_path):
                    "data.kind=tokens", f"data.path={three_batch_corpus(tmp_path)}",
                    "data.on_exhausted=repeat", f"output={tmp_path}/out", *FAST], tmp_path)
     assert run.returncode == 0, run.stderr[-3000:]
-    assert run.termination == {"reason": "Completed", "message": "trained 7 steps"}
+    assert run.termination["reason"] == "Completed"
+    assert run.termination["message"] == "trained 7 steps"
+    assert run.termination["goodput"]["step"] == 7
     assert [s["step"] for s in run.steps] == list(range(1, 8))  # epochs of 3: 3 + 3 + 1
     position = json.loads((tmp_path / "out" / "checkpoints" / "7" / "data" / "metadata").read_text())
     assert position["step"] == 7 and position["windows"] == 24

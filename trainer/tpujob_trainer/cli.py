@@ -65,11 +65,13 @@ def _run(argv: list[str] | None) -> _Ending:
     from tpujob_trainer import distributed
     from tpujob_trainer.loop import train
 
+    timeline = _start_timeline(cfg.output, penv)
     try:
         distributed.initialize(penv)
         distributed.watch_for_failures(penv)
         distributed.check_topology(penv)
-        outcome = train(cfg, penv)
+        timeline.charge_until_now("tpu_initialization")
+        outcome = train(cfg, penv, timeline=timeline)
         return _finish(outcome.reason, outcome.message)
     except TrainerExit as e:
         return _finish(e.reason, e.message)
@@ -78,6 +80,23 @@ def _run(argv: list[str] | None) -> _Ending:
     except Exception as e:
         traceback.print_exc()
         return _finish(Reason.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
+
+
+def _start_timeline(output: str, penv):
+    """This process start's goodput timeline; written to `output` and summed into the
+    termination message when the process ends, however it ends (see exits.on_ending)."""
+    from tpujob_trainer.exits import on_ending
+    from tpujob_trainer.telemetry.timeline import Timeline, write_record
+
+    timeline = Timeline(process_index=penv.process_id or 0)
+
+    def record(reason: Reason) -> dict:
+        timeline.finish(reason.value)
+        write_record(output, timeline)
+        return {"goodput": timeline.compact()}
+
+    on_ending(record)
+    return timeline
 
 
 def _is_multiprocess() -> bool:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import enum
 import json
 import os
+from collections.abc import Callable
 
 from tpujob_trainer import env as envvars
 
@@ -75,12 +76,29 @@ def termination_log_path(env: dict[str, str] | None = None) -> str | None:
     return None
 
 
+# Called with the reason as the process ends, from any thread; each returns fields to add to the
+# termination message (the goodput timeline writes its record here: see telemetry/timeline.py).
+_ENDING_HOOKS: list[Callable[[Reason], dict]] = []
+
+
+def on_ending(hook: Callable[[Reason], dict]) -> None:
+    """Run `hook(reason)` when the termination message is written; its dict joins the message."""
+    _ENDING_HOOKS.append(hook)
+
+
 def write_termination_message(reason: Reason, message: str, env: dict[str, str] | None = None) -> None:
-    """One JSON line `{"reason", "message"}`; Kubernetes keeps at most 4 KiB of it."""
+    """One JSON line `{"reason", "message", ...}`; Kubernetes keeps at most 4 KiB of it."""
+    extra: dict = {}
+    for hook in list(_ENDING_HOOKS):
+        try:
+            extra.update(hook(reason))
+        except Exception:  # noqa: S112 (an ending never fails on a report)
+            continue
     path = termination_log_path(env)
     if path is None:
         return
-    line = json.dumps({"reason": reason.value, "message": message[:3000]})
+    line = json.dumps({"reason": reason.value, "message": message[:max(500, 3000 - len(json.dumps(extra)))],
+                       **extra})
     try:
         with open(path, "w") as f:
             f.write(line + "\n")

@@ -18,6 +18,7 @@ import jax
 import numpy as np
 
 from tpujob_plan.flops import train_flops_per_step
+from tpujob_trainer import compile_cache
 from tpujob_trainer.config.root import TrainerConfig
 from tpujob_trainer.env import ProcessEnv
 from tpujob_trainer.exits import Reason, TrainerExit
@@ -30,6 +31,7 @@ from tpujob_trainer.telemetry.jsonlog import JsonLog
 from tpujob_trainer.telemetry.memory import memory_snapshot
 from tpujob_trainer.telemetry.peak import peak_tflops_per_device
 from tpujob_trainer.telemetry.server import Progress, ProgressServer
+from tpujob_trainer.telemetry.timeline import Timeline, read_previous
 from tpujob_trainer.telemetry.wandb_run import WandbRun
 
 WANDB_NAMES = {
@@ -101,10 +103,11 @@ def _classify(e: BaseException) -> Reason | None:
 
 
 def train(cfg: TrainerConfig, penv: ProcessEnv, *, stop: StopSignal | None = None,
-          log: JsonLog | None = None) -> Outcome:
+          log: JsonLog | None = None, timeline: Timeline | None = None) -> Outcome:
     """Run training to the end; failures raise TrainerExit (or are classified by the CLI)."""
     try:
-        return _train(cfg, penv, stop or StopSignal(), log or JsonLog(jax.process_index() == 0))
+        return _train(cfg, penv, stop or StopSignal(), log or JsonLog(jax.process_index() == 0),
+                      timeline or Timeline(process_index=jax.process_index()))
     except TrainerExit:
         raise
     except Exception as e:
@@ -117,12 +120,22 @@ def train(cfg: TrainerConfig, penv: ProcessEnv, *, stop: StopSignal | None = Non
         raise TrainerExit(reason, f"{type(e).__name__}: {str(e)[:1500]}") from e
 
 
-def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog) -> Outcome:
+def _shared_attempt(timeline: Timeline) -> None:
+    """Every process of one start names its attempt after process 0's start time."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+        mine = np.array(int(timeline.attempt, 16), np.int64)
+        timeline.attempt = f"{int(multihost_utils.broadcast_one_to_all(mine)):x}"
+
+
+def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
+           timeline: Timeline) -> Outcome:
     from tpujob_trainer.checkpoint import Checkpointer, restore_params
     from tpujob_trainer.data import DataError, DataExhausted, build_data_source
 
     t_start = time.perf_counter()
     is_main = jax.process_index() == 0
+    cache_dir = compile_cache.enable(cfg.compile_cache, cfg.output)
     B, L = cfg.train.global_batch, cfg.train.seq_len
     devices = jax.devices()
     if B % jax.process_count():
@@ -142,9 +155,13 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog)
     log.emit("start", processes=jax.process_count(), devices=len(devices),
              device_kind=devices[0].device_kind, mesh=mesh_plan.axes, remat=remat,
              params=shape.total_params, flops_per_step=flops, peak_tflops_per_device=peak,
-             peak_source=peak_source, total_steps=cfg.train.steps)
+             peak_source=peak_source, total_steps=cfg.train.steps, compile_cache=cache_dir)
 
+    _shared_attempt(timeline)
+    if is_main:
+        timeline.previous = read_previous(cfg.output, timeline.attempt)
     progress = Progress(step=0, total_steps=cfg.train.steps)
+    progress.attach("goodput", timeline.document)
     server = None
     if is_main and cfg.metrics.port is not None:
         server = ProgressServer(progress, cfg.metrics.port, host=penv.bind_address)
@@ -185,9 +202,11 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog)
             progress.update(phase="initializing")
             resume_step = (checkpointer.latest_step()
                            if checkpointer is not None and cfg.checkpoint.resume else None)
+            timeline.charge_until_now("training_prep")
             if resume_step is not None:
                 state, data_state, step = checkpointer.restore(fns.abstract_state)
                 data.restore(data_state)
+                timeline.charge_until_now("checkpoint_restore")
                 memory("after_restore", step=step)
             else:
                 state = fns.init()
@@ -200,6 +219,8 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog)
                     state["params"] = params
                     log.emit("init_params", source=cfg.checkpoint.init_params_from, step=from_step)
                 memory("after_init")
+                timeline.charge_until_now("training_prep")
+            timeline.resumed_from_step = step
 
             progress.update(phase="compiling", step=step)
             t0 = time.perf_counter()
@@ -207,11 +228,13 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog)
                               "stop": jax.ShapeDtypeStruct((B,), np.int32, sharding=stop_sharding)}
             compiled = fns.step.lower(fns.abstract_state, abstract_batch).compile()
             compile_s = time.perf_counter() - t0
+            timeline.charge_until_now("program_startup")
             memory("after_compile", compile_s=round(compile_s, 3))
-            log.emit("compiled", compile_s=compile_s, startup_s=time.perf_counter() - t_start)
+            log.emit("compiled", compile_s=compile_s, startup_s=time.perf_counter() - t_start,
+                     compile_cache=compile_cache.counts())
 
             return _run_steps(cfg, compiled, state, step, data, checkpointer, stop, log, progress,
-                              memory, wandb_run, _Timer(time.perf_counter(), flops, B * L,
+                              memory, wandb_run, timeline, _Timer(time.perf_counter(), flops, B * L,
                                                         len(devices), peak),
                               to_global=lambda local, flag: {
                                   "tokens": jax.make_array_from_process_local_data(
@@ -229,7 +252,7 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog)
 
 
 def _run_steps(cfg, compiled, state, step, data, checkpointer, stop, log, progress, memory,
-               wandb_run, timer: _Timer, *, to_global, errors) -> Outcome:
+               wandb_run, timeline: Timeline, timer: _Timer, *, to_global, errors) -> Outcome:
     DataError, DataExhausted = errors
     total = cfg.train.steps
     losses: list[float] = []
@@ -242,6 +265,7 @@ def _run_steps(cfg, compiled, state, step, data, checkpointer, stop, log, progre
         m = {k: float(v) for k, v in jax.device_get(metrics).items()}
         losses.append(m["loss"])
         fig = timer.figures(time.perf_counter())
+        timeline.step_done(pending_step, fig["step_time_s"])
         if not math.isfinite(m["loss"]):
             raise TrainerExit(Reason.NAN_LOSS, f"loss is {m['loss']} at step {pending_step} "
                               f"(grad norm {m['grad_norm']}, lr {m['lr']:.3g})")
@@ -261,7 +285,10 @@ def _run_steps(cfg, compiled, state, step, data, checkpointer, stop, log, progre
 
     def save(at: int, force: bool) -> None:
         nonlocal last_ckpt
-        if checkpointer is not None and checkpointer.save(at, state, data.state(), force=force):
+        t0 = time.perf_counter()
+        saved = checkpointer is not None and checkpointer.save(at, state, data.state(), force=force)
+        timeline.charge("checkpoint_save", time.perf_counter() - t0)
+        if saved:
             last_ckpt = at
             progress.update(last_checkpoint_step=at)
             log.emit("checkpoint", step=at, blocking_s=checkpointer.last_save_blocking_s)
@@ -271,7 +298,9 @@ def _run_steps(cfg, compiled, state, step, data, checkpointer, stop, log, progre
     try:
         while step < total:
             try:
+                t0 = time.perf_counter()
                 local = data.next_batch()
+                timeline.charge("data_loading", time.perf_counter() - t0)
             except DataExhausted as e:
                 reason, message = Reason.DATA_EXHAUSTED, f"data ran out after step {step}: {e}"
                 break
@@ -309,6 +338,7 @@ def _run_steps(cfg, compiled, state, step, data, checkpointer, stop, log, progre
         if checkpointer is not None:
             t0 = time.perf_counter()
             checkpointer.wait()
+            timeline.charge("checkpoint_save", time.perf_counter() - t0)
             log.emit("checkpoint_wait", seconds=time.perf_counter() - t0)
     finally:
         stop.uninstall()

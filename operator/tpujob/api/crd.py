@@ -64,6 +64,8 @@ def build_printer_columns() -> list[dict[str, Any]]:
         _column("Restarts", "integer", ".status.restarts", "Restarts so far."),
         _column("Reason", "string", ".status.failure.reason",
                 "Why the job failed or was refused."),
+        _column("Goodput", "number", ".status.goodput.percent",
+                "Percent of wall time that became training progress (docs/goodput.md)."),
         _column("Age", "date", ".metadata.creationTimestamp", "Time since creation."),
         _column("Slices", "integer", ".spec.slices", "Number of slices.", priority=1),
         _column("TFLOP/s/dev", "number", ".status.progress.tflopsPerDevice",

@@ -445,6 +445,19 @@ class StallAction(StrEnum):
     IGNORE = "Ignore"
 
 
+class RestartStrategy(StrEnum):
+    """How the JobSet restarts after a failure (docs/goodput.md#restart-strategies)."""
+
+    RECREATE = "Recreate"
+    IN_PLACE_RESTART = "InPlaceRestart"
+    RESTART_JOB = "RestartJob"
+
+
+_RESTART_JOB_ONE_SLICE = ("spec.restartPolicy.strategy RestartJob restarts only the failed "
+                          "slice, so it needs spec.slices > 1; use Recreate or InPlaceRestart "
+                          "for a single slice")
+
+
 class RestartPolicy(ApiModel):
     """When a failed run is restarted (all hosts together, resuming from the newest checkpoint)."""
 
@@ -463,6 +476,14 @@ class RestartPolicy(ApiModel):
     on_stall: StallAction = Field(
         StallAction.RESTART,
         description="Restart, Fail or Ignore when no step completes within stallTimeoutSeconds.")
+    strategy: RestartStrategy = Field(
+        RestartStrategy.RECREATE,
+        description="Recreate: every pod of every slice is deleted and created again (JobSet's "
+                    "Recreate). InPlaceRestart: JobSet's in-place restart (v0.11+, behind the "
+                    "InPlaceRestart feature gate of the JobSet controller): the pods stay on "
+                    "their nodes and their containers start again. RestartJob: multi-slice "
+                    "only, JobSet v0.12's RestartJob action restarts only the slice whose Job "
+                    "failed.")
 
 
 _WANDB_KEY_SET = (f"the operator sets {WANDB_KEY_ENV} from wandb.apiKeySecret; remove it "
@@ -483,6 +504,11 @@ class TpuTrainingJobSpec(ApiModel):
             "!has(self.wandb) || !has(self.wandb.apiKeySecret) || !has(self.env) || "
             f"!self.env.exists(e, e.name == '{WANDB_KEY_ENV}')",
             _WANDB_KEY_SET, ".env"),
+        cel_rule(
+            "!has(self.restartPolicy) || !has(self.restartPolicy.strategy) || "
+            "self.restartPolicy.strategy != 'RestartJob' || "
+            "(has(self.slices) && self.slices > 1)",
+            _RESTART_JOB_ONE_SLICE, ".restartPolicy.strategy"),
     ))
 
     slice: SliceName = Field(
@@ -545,6 +571,15 @@ class TpuTrainingJobSpec(ApiModel):
                     "compilation and checkpoint restore; 0 turns it off.")
     suspend: bool = Field(False, description="Suspend the run (pods are deleted, the job and "
                                              "its checkpoints stay); set false to resume.")
+
+    @field_validator("restart_policy")
+    @classmethod
+    def _restart_job_needs_slices(cls, policy: RestartPolicy, info: ValidationInfo
+                                  ) -> RestartPolicy:
+        slices = info.data.get("slices", 1)
+        if policy.strategy == RestartStrategy.RESTART_JOB and slices == 1:
+            raise ValueError(_RESTART_JOB_ONE_SLICE)
+        return policy
 
     @field_validator("env")
     @classmethod

@@ -153,6 +153,96 @@ class Progress(ApiModel):
         None, description="Loss, tokens/s and MFU as `kubectl get` prints them.")
 
 
+class TrainerSeconds(ApiModel):
+    """Seconds of the trainer's own timeline by category (its names: docs/goodput.md)."""
+
+    tpu_initialization: float = Field(0, ge=0, description="Process start to JAX distributed "
+                                                           "init and device discovery done.")
+    training_prep: float = Field(0, ge=0, description="Mesh, model, optimizer, data source and "
+                                                      "fresh initialization.")
+    checkpoint_restore: float = Field(0, ge=0, description="Reading the checkpoint resumed from.")
+    program_startup: float = Field(0, ge=0, description="Compilation up to the first step.")
+    data_loading: float = Field(0, ge=0, description="Waiting for the next batch in the loop.")
+    checkpoint_save: float = Field(0, ge=0, description="Checkpoint saves that block the loop.")
+    productive: float = Field(0, ge=0, description="Training steps (before lost steps are "
+                                                   "taken out).")
+
+
+class GoodputAttempt(ApiModel):
+    """One start of the trainer's processes as last read: what the operator folds into the
+    totals when the next start appears (kept here because the status is its only memory)."""
+
+    attempt: str = Field(..., max_length=64, description="Process 0's start, as the trainer "
+                                                         "names it.")
+    resumed_from_step: int | None = Field(None, ge=0, description="Step this start resumed "
+                                                                  "from (0: from scratch).")
+    step: int | None = Field(None, ge=0, description="Furthest step completed.")
+    steps: int = Field(0, ge=0, description="Steps completed by this start.")
+    seconds: TrainerSeconds = Field(default_factory=TrainerSeconds,
+                                    description="Its timeline so far.")
+    step_time_median_seconds: float | None = Field(None, ge=0, description="Median step time.")
+    step_time_max_deviation_percent: float | None = Field(
+        None, description="Slowest step against the median, in percent.")
+
+
+class Badput(ApiModel):
+    """Seconds that were not productive training, by ml-goodput-measurement's BadputType
+    names; null: not measured (a trainer that does not serve its timeline)."""
+
+    tpu_initialization: float | None = Field(None, ge=0, description="TPU_INITIALIZATION.")
+    training_prep: float | None = Field(None, ge=0, description="TRAINING_PREP.")
+    program_startup: float | None = Field(None, ge=0, description="PROGRAM_STARTUP "
+                                                                  "(compilation).")
+    data_loading_sync: float | None = Field(None, ge=0, description="DATA_LOADING_SYNC.")
+    unproductive_checkpoint_save_time: float | None = Field(
+        None, ge=0, description="UNPRODUCTIVE_CHECKPOINT_SAVE_TIME (blocking part).")
+    unproductive_checkpoint_restore_time: float | None = Field(
+        None, ge=0, description="UNPRODUCTIVE_CHECKPOINT_RESTORE_TIME.")
+    wasted_progress_from_disruption: float | None = Field(
+        None, ge=0, description="WASTED_PROGRESS_FROM_DISRUPTION: steps a restart threw away.")
+    infrastructure_recovery_from_disruption: float | None = Field(
+        None, ge=0, description="INFRASTRUCTURE_RECOVERY_FROM_DISRUPTION: failure seen to "
+                                "every host running again.")
+    other: float | None = Field(None, ge=0, description="OTHER: wall time in none of the "
+                                                        "above (pod start, process exit).")
+
+
+class Goodput(ApiModel):
+    """How much of the job's wall time became training progress, integrated by the operator
+    over every restart (docs/goodput.md defines each figure)."""
+
+    percent: float | None = Field(None, ge=0, le=100, description="productiveSeconds / "
+                                  "wallSeconds x 100; null when productive time is not measured.")
+    productive_seconds: float | None = Field(None, ge=0, description="Training step time that "
+                                             "was kept (lost steps taken out).")
+    wall_seconds: float = Field(0, ge=0, description="Time the job was starting, running or "
+                                "restarting: from its first start to now or its end.")
+    queued_seconds: float = Field(0, ge=0, description="Time pending, queued or suspended.")
+    recovery_seconds: float = Field(0, ge=0, description="Failure seen to every host running "
+                                                         "again, all restarts together.")
+    lost_steps: int = Field(0, ge=0, description="Steps computed after the checkpoint a restart "
+                                                 "resumed from, thrown away.")
+    badput: Badput = Field(default_factory=Badput, description="Unproductive seconds by "
+                                                                "category.")
+    not_measured: list[str] = Field(default_factory=list, max_length=16,
+                                    description="Categories the operator could not measure.")
+    step_time_median_seconds: float | None = Field(None, ge=0, description="Median step time "
+                                                   "of the newest start (its first step left "
+                                                   "out).")
+    step_time_deviation_percent: float | None = Field(
+        None, description="The last step's time against that median, in percent.")
+    step_time_max_deviation_percent: float | None = Field(
+        None, description="The slowest step of the newest start against the median, percent.")
+    attempts: int = Field(0, ge=0, description="Trainer starts seen.")
+    ended: TrainerSeconds = Field(default_factory=TrainerSeconds,
+                                  description="Timelines of the starts that ended, summed.")
+    current: GoodputAttempt | None = Field(None, description="The newest start as last read.")
+    last_update_time: Timestamp | None = Field(None, description="Time accounted up to.")
+    accounted_until: float | None = Field(None, ge=0, description="The same instant in Unix "
+                                          "seconds, to the sub-second (what the next pass "
+                                          "counts from).")
+
+
 class Failure(ApiModel):
     """Why the job failed (or was refused)."""
 
@@ -179,6 +269,8 @@ class TpuTrainingJobStatus(ApiModel):
                                                       "observed.")
     progress: Progress | None = Field(None, description="Training progress.")
     failure: Failure | None = Field(None, description="Set when phase is Failed or Invalid.")
+    goodput: Goodput | None = Field(None, description="Goodput and badput, all restarts "
+                                                      "together.")
     start_time: Timestamp | None = Field(None, description="When the trainer first started.")
     completion_time: Timestamp | None = Field(None, description="When the job finished.")
 
@@ -207,6 +299,7 @@ def find_condition(conditions: list[Condition], type_: str) -> Condition | None:
 
 
 __all__ = [
-    "Condition", "ConditionStatus", "ConditionType", "Failure", "FailureReason", "Phase",
-    "Progress", "ProgressDisplay", "SliceStatus", "display_of", "TpuTrainingJobStatus", "build_conditions", "find_condition",
+    "Badput", "Condition", "ConditionStatus", "ConditionType", "Failure", "FailureReason",
+    "Goodput", "GoodputAttempt", "Phase", "Progress", "ProgressDisplay", "SliceStatus",
+    "TpuTrainingJobStatus", "TrainerSeconds", "build_conditions", "display_of", "find_condition",
 ]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpujob.api.spec import TpuTrainingJobSpec
+from tpujob.api.spec import RestartStrategy, TpuTrainingJobSpec
 from tpujob.builders import names
 from tpujob.builders.fingerprint import FINGERPRINT_ANNOTATION, encode_fingerprint
 from tpujob.builders.trainer_config import build_config_map
@@ -16,6 +16,7 @@ from tpujob_plan.slice_plan import TPU_RESOURCE, SlicePlan
 SIGNAL_EXIT_CODES = range(129, 256)  # 128 + signal number: SIGTERM on preemption is 143
 DISRUPTION_RULE = "disruption"
 FATAL_RULE = "fatal-exit"
+RETRY_RULE = "retry-slice"
 SHM_VOLUME = "dshm"
 CONFIG_VOLUME = "config"
 TERMINATION_GRACE_SECONDS = 120  # time to finish an async checkpoint after SIGTERM
@@ -71,18 +72,27 @@ def build_pod_failure_policy(spec: TpuTrainingJobSpec, containers: list[str]) ->
 def build_failure_policy(spec: TpuTrainingJobSpec) -> dict[str, Any]:
     """Disruptions restart the JobSet (counted or not, per spec); deterministic exits fail it;
     any other Job failure (a retryable exit code) restarts it, counting towards maxRestarts."""
-    disruption_action = ("RestartJobSet" if spec.restart_policy.disruptions_count_towards_max
-                         else "RestartJobSetAndIgnoreMaxRestarts")
+    policy = spec.restart_policy
+    # RestartJob (multi-slice): the failed slice's Job alone restarts, whatever the cause.
+    unit = "Job" if policy.strategy == RestartStrategy.RESTART_JOB else "JobSet"
+    disruption_action = (f"Restart{unit}" if policy.disruptions_count_towards_max
+                         else f"Restart{unit}AndIgnoreMaxRestarts")
+    rules = [
+        {"name": DISRUPTION_RULE, "action": disruption_action,
+         "onJobFailureReasons": ["PodFailurePolicy"],
+         "onJobFailureMessagePatterns": [".*DisruptionTarget.*"]},
+        {"name": FATAL_RULE, "action": "FailJobSet",
+         "onJobFailureReasons": ["PodFailurePolicy"]},
+    ]
+    if policy.strategy == RestartStrategy.RESTART_JOB:
+        # Without it, a retryable exit (no rule matches) would restart the whole JobSet.
+        rules.append({"name": RETRY_RULE, "action": "RestartJob"})
     return {
-        "maxRestarts": spec.restart_policy.max_restarts,
-        "restartStrategy": "Recreate",
-        "rules": [
-            {"name": DISRUPTION_RULE, "action": disruption_action,
-             "onJobFailureReasons": ["PodFailurePolicy"],
-             "onJobFailureMessagePatterns": [".*DisruptionTarget.*"]},
-            {"name": FATAL_RULE, "action": "FailJobSet",
-             "onJobFailureReasons": ["PodFailurePolicy"]},
-        ],
+        "maxRestarts": policy.max_restarts,
+        # RestartJob is a rule action; the JobSet-wide strategy stays Recreate for it.
+        "restartStrategy": ("InPlaceRestart" if policy.strategy == RestartStrategy.IN_PLACE_RESTART
+                            else "Recreate"),
+        "rules": rules,
     }
 
 

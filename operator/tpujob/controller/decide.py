@@ -29,6 +29,7 @@ from tpujob.api.status import (
     display_of,
     find_condition,
 )
+from tpujob.controller.goodput import TimelineReading, account, summary
 from tpujob.controller.observe import JobSetState, ProgressReading
 from tpujob.validation import Verdict
 
@@ -66,6 +67,7 @@ class Observation:
     changed_fields: tuple[str, ...] = ()
     failure: tuple[FailureReason, str] | None = None   # from the pods, when read
     progress: ProgressReading | None = None            # None: not read or not served
+    finals: tuple[TimelineReading, ...] = ()           # timelines left in termination messages
     blocked: tuple[FailureReason, str] | None = None   # children cannot be created (yet)
     progress_problem: str | None = None  # a progress line in process 0's log that cannot be read
 
@@ -210,7 +212,26 @@ def _fail(b: _Builder, reason: FailureReason, message: str) -> Decision:
 
 
 def decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
-    """The next status, Events and actions for a job (see the module docstring for phases)."""
+    """The next status, Events and actions for a job (see the module docstring for phases),
+    with its goodput accounted up to now; a job that ends gets a Goodput Event."""
+    decision = _decide(prev, obs)
+    if prev.phase in (Phase.SUCCEEDED, Phase.FAILED):
+        return decision
+    new = decision.status
+    reading = obs.progress.timeline if obs.progress is not None else None
+    goodput = account(prev.goodput, now=obs.now, phase_before=prev.phase,
+                      phase_after=new.phase, reading=reading, finals=obs.finals,
+                      last_step_time_s=obs.progress.step_time_s if obs.progress else None)
+    if new.phase == Phase.INVALID and prev.goodput is None:
+        goodput = None  # never ran
+    events = list(decision.events)
+    if new.phase in (Phase.SUCCEEDED, Phase.FAILED) and goodput is not None:
+        # Before the phase's own Event: the job's last word stays its phase.
+        events.insert(0, Event("Normal", "Goodput", summary(goodput)))
+    return Decision(new.model_copy(update={"goodput": goodput}), events, decision.actions)
+
+
+def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
     if prev.phase in (Phase.SUCCEEDED, Phase.FAILED):
         return Decision(prev)  # terminal: nothing changes, nothing is done
     b = _Builder(prev, obs)

@@ -50,4 +50,38 @@ class OperatorMetrics:
                                       "because too many were waiting to be sent.", registry=r)
         self.relist_changes = Counter("tpujob_operator_relist_changes", "Changes a periodic "
                                       "relist found that no watch had reported.", registry=r)
+        self.goodput_percent = Gauge("tpujob_operator_job_goodput_percent", "Goodput of a job "
+                                     "(status.goodput.percent).", ["namespace", "name"],
+                                     registry=r)
+        self.goodput_seconds = Gauge("tpujob_operator_job_goodput_seconds", "A job's seconds "
+                                     "by kind: productive, wall, queued, recovery and each "
+                                     "badput category.", ["namespace", "name", "kind"],
+                                     registry=r)
+        self.lost_steps = Gauge("tpujob_operator_job_lost_steps", "Steps a job's restarts "
+                                "threw away.", ["namespace", "name"], registry=r)
         r.register(_PhaseCollector(phases))
+
+    def record_goodput(self, namespace: str, name: str, goodput) -> None:
+        """Export a job's status.goodput (a tpujob.api.status.Goodput)."""
+        if goodput is None:
+            return
+        if goodput.percent is not None:
+            self.goodput_percent.labels(namespace, name).set(goodput.percent)
+        self.lost_steps.labels(namespace, name).set(goodput.lost_steps)
+        kinds = {"productive": goodput.productive_seconds, "wall": goodput.wall_seconds,
+                 "queued": goodput.queued_seconds, "recovery": goodput.recovery_seconds,
+                 **goodput.badput.to_dict()}
+        for kind, value in kinds.items():
+            if value is not None:
+                self.goodput_seconds.labels(namespace, name, kind).set(value)
+
+    def forget_job(self, namespace: str, name: str) -> None:
+        """Drop a deleted job's series."""
+        for gauge in (self.goodput_percent, self.lost_steps):
+            try:
+                gauge.remove(namespace, name)
+            except KeyError:
+                pass
+        for labels in list(self.goodput_seconds._metrics):  # noqa: SLF001 (no public listing)
+            if labels[:2] == (namespace, name):
+                self.goodput_seconds.remove(*labels)

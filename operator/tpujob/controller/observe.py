@@ -16,6 +16,7 @@ from typing import Any
 
 from tpujob.api.status import FailureReason
 from tpujob.builders import names
+from tpujob.controller.goodput import TimelineReading
 
 JOBSET_LABEL_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 # Waiting reasons that will not fix themselves: the pod can never start as written.
@@ -209,6 +210,7 @@ class ProgressReading:
     last_checkpoint_step: int | None = None
     training: bool = True   # False while the process starts, restores or compiles
     trainer_phase: str | None = None  # the trainer's own word: starting, compiling, training...
+    timeline: TimelineReading | None = None   # the trainer's goodput timeline, if it serves one
 
     @classmethod
     def from_document(cls, doc: dict[str, Any]) -> ProgressReading | None:
@@ -234,7 +236,34 @@ class ProgressReading:
                    last_checkpoint_step=count("last_checkpoint_step"),
                    training=doc.get("phase") not in ("starting", "initializing", "compiling"),
                    trainer_phase=doc["phase"][:63] if isinstance(doc.get("phase"), str)
-                   and doc["phase"] else None)
+                   and doc["phase"] else None,
+                   timeline=TimelineReading.from_document(doc.get("goodput")))
+
+
+def read_final_timelines(pods: list[dict[str, Any]]) -> tuple[TimelineReading, ...]:
+    """The goodput timelines trainer processes left in their termination messages as they
+    exited (process 0's first: its seconds are the ones read while it ran)."""
+    found: list[tuple[int, TimelineReading]] = []
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            state = cs.get("state") or {}
+            term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
+            text = ((term or {}).get("message") or "").strip()
+            if not text:
+                continue
+            try:
+                doc = json.loads(text.splitlines()[-1])
+            except ValueError:
+                continue
+            reading = TimelineReading.from_document(
+                doc.get("goodput") if isinstance(doc, dict) else None)
+            if reading is not None:
+                index = doc["goodput"].get("process_index")
+                found.append((index if isinstance(index, int) else 1 << 30, reading))
+    found.sort(key=lambda item: item[0])
+    # Only process 0's seconds stand; the others add their furthest step.
+    return tuple(r if i == 0 else TimelineReading(attempt=r.attempt, step=r.step)
+                 for i, r in found)
 
 
 def running_process_zero_pods(pods: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:

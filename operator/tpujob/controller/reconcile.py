@@ -28,6 +28,7 @@ from tpujob.controller.observe import (
     explain_failure,
     find_process_zero,
     read_container_exits,
+    read_final_timelines,
 )
 from tpujob.controller.progress import fetch_progress
 from tpujob.controller.settings import OperatorSettings
@@ -104,9 +105,6 @@ class Reconciler:
         self._ensured_policies.add(plan.workload_policy)
         return None
 
-    def _failure(self, ns: str, name: str) -> tuple[FailureReason, str] | None:
-        return explain_failure(read_container_exits(self.kube.list_pods(ns, name)))
-
     def _progress(self, ns: str, name: str, js: JobSetState) -> ProgressReading | None:
         key = (ns, js.uid or "", js.restarts)
         address = self._process_zero.get(key)
@@ -159,9 +157,13 @@ class Reconciler:
                 FINGERPRINT_ANNOTATION)
             changed = changed_fields(verdict.job.spec, annotation)
             spec_matches = not changed
-        failure = None
-        if js.exists and (js.failed or js.restarts > prev.jobset_restarts):
-            failure = self._failure(ns, name)
+        failure, finals = None, ()
+        if js.exists and (js.failed or js.completed or js.restarts > prev.jobset_restarts):
+            # The pods of the attempt that ended: why, and the timelines they left on exit.
+            pods = self.kube.list_pods(ns, name)
+            if js.failed or js.restarts > prev.jobset_restarts:
+                failure = explain_failure(read_container_exits(pods))
+            finals = read_final_timelines(pods)
         progress, problem = None, None
         if js.exists and js.all_ready and not js.suspended and not js.failed \
                 and not js.completed:
@@ -176,7 +178,7 @@ class Reconciler:
         return Observation(now=self.clock(), generation=int(meta.get("generation", 0)),
                            verdict=verdict, jobset=js, spec_matches=spec_matches,
                            changed_fields=changed, failure=failure, progress=progress,
-                           blocked=blocked, progress_problem=problem)
+                           blocked=blocked, progress_problem=problem, finals=finals)
 
     # -- acting ----------------------------------------------------------------------------
     def _create_children(self, job: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
@@ -238,6 +240,7 @@ class Reconciler:
         after = decision.status.to_dict()
         patch = _status_patch(before, after)
         patched = self.kube.patch_status(ns, name, patch) if patch else None
+        self.metrics.record_goodput(ns, name, decision.status.goodput)
         events = decision.events
         if created is not None and created.pop("_adopted", False):
             events = [e for e in events if e.reason != "Created"]

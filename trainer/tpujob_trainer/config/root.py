@@ -12,6 +12,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from tpujob_trainer.config.checkpoint import CheckpointConfig
+from tpujob_trainer.config.compile_cache import CompileCacheConfig
 from tpujob_trainer.config.data import DataConfig
 from tpujob_trainer.config.mesh import MeshConfig
 from tpujob_trainer.config.metrics import MetricsConfig
@@ -42,6 +43,8 @@ class TrainerConfig(BaseModel):
     data: DataConfig = Field(default_factory=DataConfig, description="Training data.")
     checkpoint: CheckpointConfig = Field(default_factory=CheckpointConfig, description="Checkpoints and resume.")
     metrics: MetricsConfig = Field(default_factory=MetricsConfig, description="Reporting.")
+    compile_cache: CompileCacheConfig = Field(default_factory=CompileCacheConfig,
+                                              description="Persistent compilation cache.")
     output: str = Field("out", min_length=1,
                         description="Directory or gs:// prefix for checkpoints and metrics of this run.")
 

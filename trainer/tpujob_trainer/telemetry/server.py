@@ -11,10 +11,13 @@ import json
 import socket
 import threading
 import time
+from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 GAUGES = {
     "step": ("tpujob_train_step", "Optimizer steps completed."),
@@ -38,7 +41,7 @@ PROGRESS_FIELDS = (
     "phase", "step", "total_steps", "loss", "aux_loss", "grad_norm", "lr", "step_time_s",
     "tokens_per_s", "tokens_per_s_per_device", "tflops_per_device", "mfu", "last_checkpoint_step",
     "reason", "rss_bytes", "device_bytes_in_use", "device_peak_bytes", "device_bytes_limit",
-    "started_at", "updated_at",
+    "started_at", "updated_at", "goodput",
 )
 
 
@@ -47,6 +50,8 @@ class Progress:
 
     def __init__(self, **initial: Any):
         self._lock = threading.Lock()
+        self._providers: dict[str, Callable[[], dict[str, Any]]] = {}
+        self._timeline_collector = False
         self._doc: dict[str, Any] = {**dict.fromkeys(PROGRESS_FIELDS), "phase": "starting",
                                      "step": 0, "started_at": time.time(), **initial}
         self.registry = CollectorRegistry()
@@ -61,9 +66,44 @@ class Progress:
                 if k in self._gauges and isinstance(v, (int, float)) and not isinstance(v, bool):
                     self._gauges[k].set(v)
 
+    def attach(self, key: str, provider: Callable[[], dict[str, Any]]) -> None:
+        """Serve `provider()` as `key` of the document, read when asked (the goodput timeline);
+        its `seconds` also become `tpujob_train_goodput_seconds{category}`."""
+        with self._lock:
+            self._providers[key] = provider
+        if not self._timeline_collector:
+            self.registry.register(_SecondsCollector(lambda: self._providers.get("goodput")))
+            self._timeline_collector = True
+
     def document(self) -> dict[str, Any]:
         with self._lock:
-            return dict(self._doc)
+            doc = dict(self._doc)
+            providers = dict(self._providers)
+        doc.update({k: p() for k, p in providers.items()})
+        return doc
+
+
+class _SecondsCollector(Collector):
+    """The goodput timeline's seconds by category, read at scrape time."""
+
+    def __init__(self, provider: Callable[[], Callable[[], dict[str, Any]] | None]):
+        self._provider = provider
+
+    def collect(self):
+        provider = self._provider()
+        doc = provider() if provider is not None else {}
+        seconds = GaugeMetricFamily(
+            "tpujob_train_goodput_seconds", "Seconds of this process start by category "
+            "(productive, tpu_initialization, training_prep, checkpoint_restore, "
+            "program_startup, data_loading, checkpoint_save).", labels=["category"])
+        for category, value in (doc.get("seconds") or {}).items():
+            seconds.add_metric([category], value)
+        yield seconds
+        started = doc.get("started_at")
+        if started is not None:
+            yield GaugeMetricFamily("tpujob_train_process_start_time_seconds",
+                                    "When this trainer process started (Unix time).",
+                                    value=started)
 
 
 class _Server4(ThreadingHTTPServer):

@@ -235,13 +235,18 @@ def _summarize(cluster: LocalCluster, jobs: list[dict[str, Any]], display: Displ
     for job in jobs:
         name, status = job["metadata"]["name"], job.get("status") or {}
         progress = status.get("progress") or {}
+        goodput = _goodput_line(status)
         if status.get("phase") == "Succeeded":
             loss = progress.get("loss")
             loss_text = f", final loss {loss:.4f}" if loss is not None else ""
             steps = f"{progress['step']} steps" if progress.get("step") else "done"
             display.message(f"{name} succeeded: {steps}{loss_text} in "
                             f"{elapsed_s:.0f} s; output {job['spec'].get('output')}")
+            if goodput:
+                display.message(f"{name} {goodput}")
             continue
+        if goodput:
+            display.message(f"{name} {goodput}")
         code = EXIT_FAILED
         failure = status.get("failure") or {}
         err.write(f"{name} {status.get('phase', 'Failed').lower()}: "
@@ -251,6 +256,21 @@ def _summarize(cluster: LocalCluster, jobs: list[dict[str, Any]], display: Displ
         if tail:
             err.write(tail)
     return code
+
+
+def _goodput_line(status: dict[str, Any]) -> str | None:
+    """status.goodput in one line (the operator's Goodput Event says the same)."""
+    from pydantic import ValidationError
+
+    from tpujob.api.status import Goodput
+    from tpujob.controller.goodput import summary
+
+    if not status.get("goodput"):
+        return None
+    try:
+        return summary(Goodput.model_validate(status["goodput"]))
+    except ValidationError:
+        return None
 
 
 def _failed_log_tail(cluster: LocalCluster, namespace: str, message: str) -> str:

@@ -1,0 +1,218 @@
+"""Goodput accounting across restarts. Pure: the previous `status.goodput`, the phase the job
+was in and is in now, and what the trainer last reported (its timeline for the current process
+start, and the previous start's exit record) in; the next `status.goodput` out.
+
+Time is integrated by phase between two passes (the status keeps the instant accounted up to):
+Pending, Queued and Suspended count as queued; Starting, Running and Restarting count as wall
+time, Restarting also as recovery. The trainer's seconds come from its timeline: the starts that
+ended are summed in `ended`, the current one is kept as last read, and when a new start appears
+the old one is folded in and the steps it computed after the checkpoint the new one resumed
+from are counted as lost (docs/goodput.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from tpujob.api.status import Badput, Goodput, GoodputAttempt, Phase, TrainerSeconds
+
+QUEUED_PHASES = {Phase.PENDING, Phase.QUEUED, Phase.SUSPENDED}
+WALL_PHASES = {Phase.STARTING, Phase.RUNNING, Phase.RESTARTING}
+TRAINER_CATEGORIES = tuple(TrainerSeconds.model_fields)
+# What a trainer without a timeline leaves unmeasured (status names).
+UNMEASURED_WITHOUT_TIMELINE = ["productive", "tpuInitialization", "trainingPrep", "programStartup",
+                               "dataLoadingSync", "unproductiveCheckpointSaveTime",
+                               "unproductiveCheckpointRestoreTime",
+                               "wastedProgressFromDisruption", "lostSteps", "stepTime"]
+
+
+def _num(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
+        return None
+    return float(value)
+
+
+def _count(value: Any) -> int | None:
+    n = _num(value)
+    return int(n) if n is not None and n >= 0 else None
+
+
+def _seconds(doc: Any) -> TrainerSeconds | None:
+    if not isinstance(doc, dict):
+        return None
+    return TrainerSeconds(**{k: max(0.0, _num(doc.get(k)) or 0.0) for k in TRAINER_CATEGORIES})
+
+
+@dataclass(frozen=True)
+class TimelineReading:
+    """One start's timeline as the trainer served it (or wrote it on exit)."""
+
+    attempt: str
+    step: int | None = None
+    steps: int = 0
+    resumed_from_step: int | None = None
+    seconds: TrainerSeconds | None = None
+    step_time_median_s: float | None = None
+    step_time_max_deviation_pct: float | None = None
+    previous: TimelineReading | None = None
+
+    @classmethod
+    def from_document(cls, doc: Any) -> TimelineReading | None:
+        """From /progress `goodput`, an exit record summary or the termination message's
+        `goodput`; None when it is not one."""
+        if not isinstance(doc, dict) or not isinstance(doc.get("attempt"), str) \
+                or not doc["attempt"] or len(doc["attempt"]) > 64:
+            return None
+        previous = doc.get("previous")
+        return cls(attempt=doc["attempt"], step=_count(doc.get("step")),
+                   steps=_count(doc.get("steps")) or 0,
+                   resumed_from_step=_count(doc.get("resumed_from_step")),
+                   seconds=_seconds(doc.get("seconds")),
+                   step_time_median_s=_num(doc.get("step_time_median_s")),
+                   step_time_max_deviation_pct=_num(doc.get("step_time_max_deviation_pct")),
+                   previous=cls.from_document(previous) if isinstance(previous, dict) else None)
+
+    def as_attempt(self) -> GoodputAttempt:
+        return GoodputAttempt(attempt=self.attempt, resumed_from_step=self.resumed_from_step,
+                              step=self.step, steps=self.steps,
+                              seconds=self.seconds or TrainerSeconds(),
+                              step_time_median_seconds=self.step_time_median_s,
+                              step_time_max_deviation_percent=self.step_time_max_deviation_pct)
+
+
+def _add(a: TrainerSeconds, b: TrainerSeconds) -> TrainerSeconds:
+    return TrainerSeconds(**{k: getattr(a, k) + getattr(b, k) for k in TRAINER_CATEGORIES})
+
+
+def merge_final(current: GoodputAttempt, final: TimelineReading) -> GoodputAttempt:
+    """The current start with what it reported on exit (later than any read): the furthest step
+    and, when it carries them, the exit's seconds."""
+    steps = [s for s in (current.step, final.step) if s is not None]
+    return current.model_copy(update={
+        "step": max(steps) if steps else None,
+        "steps": max(current.steps, final.steps),
+        "seconds": final.seconds or current.seconds,
+        "step_time_median_seconds": (final.step_time_median_s
+                                     or current.step_time_median_seconds)})
+
+
+def _lost(previous: GoodputAttempt, resumed_from: int | None) -> tuple[int, float]:
+    """Steps `previous` computed past `resumed_from`, and their productive seconds (its mean
+    step time, as measured between step completions)."""
+    if resumed_from is None or previous.step is None or previous.step <= resumed_from:
+        return 0, 0.0
+    lost = previous.step - resumed_from
+    per_step = previous.seconds.productive / previous.steps if previous.steps else 0.0
+    return lost, min(previous.seconds.productive, lost * per_step)
+
+
+def account(prev: Goodput | None, *, now: datetime, phase_before: Phase, phase_after: Phase,
+            reading: TimelineReading | None = None,
+            finals: tuple[TimelineReading, ...] = (),
+            last_step_time_s: float | None = None) -> Goodput:
+    """The next status.goodput; see the module docstring."""
+    g = prev or Goodput()
+    # Timestamps in the status keep whole seconds; the instant accounted up to is kept exactly
+    # (Unix seconds), so short phases count and no fraction is counted twice.
+    last = g.accounted_until if g.accounted_until is not None else (
+        g.last_update_time.timestamp() if g.last_update_time is not None else None)
+    wall, queued, recovery = g.wall_seconds, g.queued_seconds, g.recovery_seconds
+    if last is not None and now.timestamp() > last:
+        elapsed = now.timestamp() - last
+        if phase_before in QUEUED_PHASES:
+            queued += elapsed
+        elif phase_before in WALL_PHASES:
+            wall += elapsed
+            if phase_before == Phase.RESTARTING:
+                recovery += elapsed
+    ended, current, attempts = g.ended, g.current, g.attempts
+    lost_steps = g.lost_steps
+    wasted = g.badput.wasted_progress_from_disruption or 0.0
+
+    # What the processes said as they exited (termination messages), for the start last read.
+    for final in finals:
+        if current is not None and final.attempt == current.attempt:
+            current = merge_final(current, final)
+
+    if reading is not None and current is not None and reading.attempt != current.attempt \
+            and reading.resumed_from_step is None:
+        # A new start that has not restored yet: its resume point decides the lost steps, so it
+        # is taken in once known (its seconds are cumulative: nothing is missed meanwhile).
+        reading = None
+    if reading is not None and (current is None or reading.attempt != current.attempt):
+        # A new start: fold the one before it (with its exit record when the new start read it),
+        # and any start the operator never saw but the new one found on storage.
+        before = current
+        recorded = reading.previous
+        if recorded is not None:
+            if before is not None and recorded.attempt == before.attempt:
+                before = merge_final(before, recorded)
+            else:
+                if before is not None:
+                    ended = _add(ended, before.seconds)
+                before = recorded.as_attempt()
+        if before is not None:
+            ended = _add(ended, before.seconds)
+            n, seconds = _lost(before, reading.resumed_from_step)
+            lost_steps += n
+            wasted += seconds
+        current = reading.as_attempt()
+        attempts += 1
+    elif reading is not None:
+        current = reading.as_attempt()
+
+    measured = current is not None
+    total = _add(ended, current.seconds) if measured else None
+    productive = max(0.0, total.productive - wasted) if measured else None
+    if measured:
+        badput = Badput(
+            tpu_initialization=total.tpu_initialization, training_prep=total.training_prep,
+            program_startup=total.program_startup, data_loading_sync=total.data_loading,
+            unproductive_checkpoint_save_time=total.checkpoint_save,
+            unproductive_checkpoint_restore_time=total.checkpoint_restore,
+            wasted_progress_from_disruption=wasted,
+            infrastructure_recovery_from_disruption=recovery)
+        accounted = productive + sum(v for v in badput.model_dump().values() if v)
+        badput = badput.model_copy(update={"other": max(0.0, wall - accounted)})
+        percent = min(100.0, 100.0 * productive / wall) if wall > 0 else None
+    else:
+        badput = Badput(infrastructure_recovery_from_disruption=recovery,
+                        other=None)
+        percent = None
+    median = current.step_time_median_seconds if current is not None else None
+    deviation = ((last_step_time_s - median) / median * 100
+                 if median and last_step_time_s is not None else None)
+    return Goodput(
+        percent=round(percent, 2) if percent is not None else None,
+        productive_seconds=round(productive, 3) if productive is not None else None,
+        wall_seconds=wall, queued_seconds=queued, recovery_seconds=recovery,
+        lost_steps=lost_steps, badput=_rounded(badput),
+        not_measured=[] if measured else list(UNMEASURED_WITHOUT_TIMELINE),
+        step_time_median_seconds=median, step_time_deviation_percent=deviation,
+        step_time_max_deviation_percent=(current.step_time_max_deviation_percent
+                                         if current is not None else None),
+        attempts=attempts, ended=ended, current=current, last_update_time=now,
+        accounted_until=now.timestamp())
+
+
+def _rounded(badput: Badput) -> Badput:
+    return Badput(**{k: round(v, 3) if v is not None else None
+                     for k, v in badput.model_dump().items()})
+
+
+def summary(goodput: Goodput | None) -> str:
+    """One line for the Event at the end of a job and for `tpujob local run`."""
+    if goodput is None:
+        return "goodput: nothing measured"
+    head = (f"goodput {goodput.percent:.1f}% ({goodput.productive_seconds:.1f} s productive of "
+            f"{goodput.wall_seconds:.1f} s)" if goodput.percent is not None else
+            f"goodput not measured (no trainer timeline; wall {goodput.wall_seconds:.1f} s)")
+    parts = [f"{k} {v:.1f} s" for k, v in goodput.badput.to_dict().items() if v]
+    tail = f"; badput: {', '.join(parts)}" if parts else ""
+    return (f"{head}; lost steps {goodput.lost_steps}; recovery "
+            f"{goodput.recovery_seconds:.1f} s; queued {goodput.queued_seconds:.1f} s{tail}")
+
+
+__all__ = ["TimelineReading", "account", "merge_final", "summary"]

@@ -1,0 +1,57 @@
+"""spec.restartPolicy.strategy: what each builds into the JobSet's failure policy, and RestartJob
+refused for a single slice, by the model and by the CRD's CEL rule, naming the field."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.api import k8s_schema as k8s
+from tpujob.api.crd import build_crd
+from tpujob.api.resource import InvalidJobError, load_job
+from tpujob.builders.jobset import build_jobset
+from tpujob_plan.slice_plan import plan_slice
+
+pytestmark = pytest.mark.unit
+
+
+def _job(slices: int, **restart) -> dict:
+    return {"apiVersion": "tpujob.dev/v1alpha1", "kind": "TpuTrainingJob",
+            "metadata": {"name": "llm", "namespace": "default", "uid": "u-1"},
+            "spec": {"slice": "v6e-16", "slices": slices, "image": "trainer:1",
+                     "output": "gs://bucket/run", "restartPolicy": restart}}
+
+
+def _policy(slices: int, **restart) -> dict:
+    job = _job(slices, **restart)
+    js = build_jobset(job, load_job(job).spec, plan_slice("v6e-16", slices=slices))
+    return js["spec"]["failurePolicy"]
+
+
+@pytest.mark.parametrize("slices, restart, strategy, actions", [
+    (1, {}, "Recreate", ["RestartJobSetAndIgnoreMaxRestarts", "FailJobSet"]),
+    (1, {"strategy": "InPlaceRestart"}, "InPlaceRestart",
+     ["RestartJobSetAndIgnoreMaxRestarts", "FailJobSet"]),
+    (2, {"strategy": "RestartJob"}, "Recreate",
+     ["RestartJobAndIgnoreMaxRestarts", "FailJobSet", "RestartJob"]),
+    (2, {"strategy": "RestartJob", "disruptionsCountTowardsMax": True}, "Recreate",
+     ["RestartJob", "FailJobSet", "RestartJob"]),
+])
+def test_each_strategy_builds_its_failure_policy(slices, restart, strategy, actions):
+    policy = _policy(slices, **restart)
+    assert policy["restartStrategy"] == strategy
+    assert [r["action"] for r in policy["rules"]] == actions
+
+
+def test_restart_job_on_one_slice_is_refused_naming_the_field():
+    with pytest.raises(InvalidJobError, match=r"restartPolicy.*RestartJob.*spec.slices > 1"):
+        load_job(_job(1, strategy="RestartJob"))
+
+
+def test_the_crd_refuses_restart_job_on_one_slice():
+    [version] = build_crd()["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]
+    one = _job(1, strategy="RestartJob")
+    errors = k8s.validate_object(schema, one)
+    assert any("RestartJob restarts only the failed slice" in e for e in errors), errors
+    assert k8s.validate_object(schema, _job(2, strategy="RestartJob")) == []
+    assert k8s.validate_object(schema, _job(1, strategy="InPlaceRestart")) == []

@@ -1,0 +1,59 @@
+"""Turning on JAX's persistent compilation cache (before anything compiles).
+
+JAX reads and writes the cache through etils.epath, so `gs://` works with the same gcsfs that
+Orbax uses. Several processes may share it: an entry is written once under its key (an existing
+key is never rewritten), and an entry that cannot be read is compiled again with a warning
+(jax/_src/compiler.py), so a half-written file never fails a run.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import Counter
+
+import jax
+
+from tpujob_trainer.config.compile_cache import CompileCacheConfig
+
+_EVENTS = {"/jax/compilation_cache/cache_hits": "hits",
+           "/jax/compilation_cache/cache_misses": "misses"}
+
+
+class CacheCounter:
+    """Persistent-cache hits and misses counted from JAX's monitoring events."""
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._counts: Counter[str] = Counter()
+        jax.monitoring.register_event_listener(self._on_event)
+
+    def _on_event(self, event: str, **kwargs) -> None:
+        if event in _EVENTS:
+            with self._lock:
+                self._counts[_EVENTS[event]] += 1
+
+    def counts(self) -> dict[str, int]:
+        with self._lock:
+            return {"hits": self._counts["hits"], "misses": self._counts["misses"]}
+
+
+_counter: CacheCounter | None = None
+
+
+def counts() -> dict[str, int]:
+    """Hits and misses since `enable`; zeros when the cache is off."""
+    return _counter.counts() if _counter is not None else {"hits": 0, "misses": 0}
+
+
+def enable(cfg: CompileCacheConfig, output: str) -> str | None:
+    """Point JAX at the cache for this run; the directory, or None when the cache is off."""
+    directory = cfg.resolve_directory(output)
+    if directory is None:
+        return None
+    jax.config.update("jax_compilation_cache_dir", directory)
+    jax.config.update("jax_persistent_cache_min_compile_time_secs", cfg.min_compile_time_s)
+    jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)
+    global _counter
+    if _counter is None:
+        _counter = CacheCounter()
+    return directory

@@ -1,0 +1,25 @@
+"""The compile_cache section: JAX's persistent compilation cache, so that a restarted or rerun job
+loads its compiled step instead of compiling it again."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class CompileCacheConfig(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    enabled: bool = Field(True, description="Use JAX's persistent compilation cache.")
+    directory: str | None = Field(
+        None, min_length=1,
+        description="Directory or gs:// prefix of the cache; default: <output>/compile-cache. "
+                    "Shared by every process and every start of the job (and by other jobs "
+                    "pointed at it: entries are keyed by the program, devices and JAX version).")
+    min_compile_time_s: float = Field(
+        0.0, ge=0, description="Cache only programs that took at least this long to compile.")
+
+    def resolve_directory(self, output: str) -> str | None:
+        """Where the cache lives for a run writing to `output`; None when off."""
+        if not self.enabled:
+            return None
+        return self.directory or f"{output.rstrip('/')}/compile-cache"
