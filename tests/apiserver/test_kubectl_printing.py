@@ -182,7 +182,7 @@ def test_get_tpujobs_prints_readable_progress_and_the_reason(kube: Kube, kubectl
         assert r.status_code == 200, r.text
     lines = kubectl("get", "tpujobs", *statuses).splitlines()
     assert lines[0].split() == ["NAME", "SLICE", "HOSTS", "PHASE", "STEP", "LOSS", "TOK/S/DEV",
-                                "MFU", "RESTARTS", "REASON", "AGE"]
+                                "MFU", "RESTARTS", "REASON", "GOODPUT", "AGE"]
     running, bad = list(statuses)
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     # Empty cells print as nothing.

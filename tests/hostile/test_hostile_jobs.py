@@ -199,7 +199,7 @@ def test_override_values_yaml_cannot_read_are_refused(value: str) -> None:
     job = _base_job()
     job["spec"]["trainer"]["overrides"] = [f"train.steps={value}"]
     verdict = validate_job(job)
-    assert not verdict.valid and verdict.field == "spec.trainer.config"
+    assert not verdict.valid and verdict.field == "spec.trainer.overrides[0]"
 
 
 @pytest.mark.parametrize("name", ["(no metadata)", "(no name)", None, 5, "", "ジョブ", "a b",

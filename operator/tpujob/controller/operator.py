@@ -230,7 +230,7 @@ class Operator:
             self.jobs.pop(key, None)
             self._failures.pop(key, None)
             self.reconciler.forget(meta.get("uid"))
-            self.reconciler.metrics.forget_job(*key)
+            self.metrics.forget_job(*key)
             if self.queue is not None:
                 self.queue.forget(key)
             return True
