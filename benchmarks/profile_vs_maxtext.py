@@ -35,7 +35,7 @@ data, _ = r.xspace_to_tool_data([path], "trace_viewer", {})
 j = json.loads(data.decode() if isinstance(data, bytes) else data)
 events = j["traceEvents"] if isinstance(j, dict) else j
 def kind(n):
-    if n.startswith("$") or "::" in n: return None
+    if n.startswith("$") or "::" in n or "(" in n or " " in n: return None
     if n.startswith(("ynn_fusion", "onednn")) or "dot" in n or "convolution" in n:
         return "matmuls (dot fusions)"
     if any(k in n for k in ("exponential", "log", "reduce")): return "softmax and reductions"

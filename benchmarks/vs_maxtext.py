@@ -16,7 +16,8 @@ unrolled (`scan_layers=false`) and tpujob, one after the other (A A' B, A A' B, 
 1-minute load average recorded before each run, and the matmul peak of both dtypes measured at
 the start of the round. The faster MaxText variant (median tokens/s) is the anchor.
 
-Figures per run, all from the driver's clock: compile = process start -> first step line;
+Figures per run, all from the driver's clock: compile = process start -> first step line (cold:
+MaxText gets a fresh `jax_cache_dir` per run, since its default ~/jax_cache would serve repeats);
 s/step = median interval between consecutive step lines after the first `WARMUP` steps;
 tokens/s (global) = batch x seq / s/step; TFLOP/s = MaxText's FLOP count per step / s/step;
 MFU = that against the machine's matmul peak (all devices share the same cores), both against the
@@ -170,7 +171,10 @@ def maxtext_run(cfg: dict, scanned: bool, steps: int, workdir: str, dump: str | 
     overrides = {**MAXTEXT_CPU, **MAXTEXT_MODEL, "steps": steps, "dtype": cfg["dtype"],
                  "per_device_batch_size": GLOBAL_BATCH // cfg["devices"],
                  "scan_layers": "true" if scanned else "false",
-                 "run_name": f"r{time.monotonic_ns()}", "base_output_directory": workdir}
+                 "run_name": f"r{time.monotonic_ns()}", "base_output_directory": workdir,
+                 # MaxText keeps a persistent compilation cache (~/jax_cache by default): a
+                 # fresh one per run, so its compile time is a cold compile, as tpujob's is.
+                 "jax_cache_dir": os.path.join(workdir, "jax_cache")}
     args = [marker["base_yml"], *(f"{k}={v}" for k, v in overrides.items())]
     argv = ([marker["python"], "-c", MAXTEXT_COUNTS, *args] if dump else
             [marker["python"], "-m", marker["train_module"], *args])
