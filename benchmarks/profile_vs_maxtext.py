@@ -58,41 +58,23 @@ print(json.dumps({"kinds": {k: v / total for k, v in by_kind.most_common()},
 
 def trace_tpujob(dtype: str, out: str) -> dict:
     import jax
-    import numpy as np
 
     sys.path.insert(0, str(REPO / "benchmarks"))
     import trainer_throughput as tt
-    from tpujob_trainer.data.sources import SyntheticSource
-    from tpujob_trainer.mesh import build_mesh
-    from tpujob_trainer.optim import build_optimizer
-    from tpujob_trainer.sharding import activate, named_sharding
-    from tpujob_trainer.step import build_step_fns
 
     cfg = tt.anchor_config(dtype, "full", 10, checkpoint={"enabled": False}, output="unused")
-    B, L = cfg.train.global_batch, cfg.train.seq_len
-    mesh, _ = build_mesh(cfg.mesh)
-    tx, schedule = build_optimizer(cfg.optimizer, cfg.train.steps)
-    tokens_s = named_sharding(("batch", None), (B, L + 1), mesh)
-    stop_s = named_sharding(("batch",), (B,), mesh)
-    with activate(mesh):
-        fns = build_step_fns(cfg.model, tx, schedule, seed=0, grad_accum=1, mesh=mesh,
-                             batch_shardings={"tokens": tokens_s, "stop": stop_s})
-        state = fns.init()
-        local = SyntheticSource(vocab_size=cfg.model.vocab_size, seq_len=L, global_batch=B,
-                                process_index=0, process_count=1, seed=0).next_batch()
-        batch = {"tokens": jax.device_put(local, tokens_s),
-                 "stop": jax.device_put(np.zeros((B,), np.int32), stop_s)}
+    with tt.compiled_anchor_step(cfg) as (step, state, batch):
         for _ in range(2):
-            state, _ = fns.step(state, batch)
+            state, _ = step(state, batch)
         jax.block_until_ready(state)
         c0, t0 = time.process_time(), time.perf_counter()
         for _ in range(3):
-            state, _ = fns.step(state, batch)
+            state, _ = step(state, batch)
         jax.block_until_ready(state)
         cpu, wall = (time.process_time() - c0) / 3, (time.perf_counter() - t0) / 3
         jax.profiler.start_trace(out)
         for _ in range(3):
-            state, _ = fns.step(state, batch)
+            state, _ = step(state, batch)
         jax.block_until_ready(state)
         jax.profiler.stop_trace()
     return {"cpu_s_per_step": cpu, "wall_s_per_step": wall}

@@ -21,6 +21,7 @@ benchmarks/results/trainer_throughput.md; without it the table is printed.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import io
 import json
 import os
@@ -99,16 +100,41 @@ def worker_peak() -> dict:
             "bfloat16": measure_matmul_tflops(4096, repeats=5, dtype=jnp.bfloat16)}
 
 
-def worker_variant(dtype: str, remat: str, steps: int) -> dict:
+@contextlib.contextmanager
+def compiled_anchor_step(cfg):
+    """Inside the config's mesh: (compiled train step, fresh state, a synthetic batch already on
+    the devices), built as the loop builds them."""
     import jax
     import numpy as np
 
-    from tpujob_plan.flops import train_flops_per_step
     from tpujob_trainer.data.sources import SyntheticSource
     from tpujob_trainer.mesh import build_mesh
     from tpujob_trainer.optim import build_optimizer
     from tpujob_trainer.sharding import activate, named_sharding
     from tpujob_trainer.step import build_step_fns
+
+    B, L = cfg.train.global_batch, cfg.train.seq_len
+    mesh, _ = build_mesh(cfg.mesh)
+    tx, schedule = build_optimizer(cfg.optimizer, cfg.train.steps)
+    tokens_s = named_sharding(("batch", None), (B, L + 1), mesh)
+    stop_s = named_sharding(("batch",), (B,), mesh)
+    with activate(mesh):
+        fns = build_step_fns(cfg.model, tx, schedule, seed=0, grad_accum=1, mesh=mesh,
+                             batch_shardings={"tokens": tokens_s, "stop": stop_s})
+        abstract_batch = {"tokens": jax.ShapeDtypeStruct((B, L + 1), np.int32, sharding=tokens_s),
+                          "stop": jax.ShapeDtypeStruct((B,), np.int32, sharding=stop_s)}
+        compiled = fns.step.lower(fns.abstract_state, abstract_batch).compile()
+        local = SyntheticSource(vocab_size=cfg.model.vocab_size, seq_len=L, global_batch=B,
+                                process_index=0, process_count=1, seed=0).next_batch()
+        batch = {"tokens": jax.device_put(local, tokens_s),
+                 "stop": jax.device_put(np.zeros((B,), np.int32), stop_s)}
+        yield compiled, fns.init(), batch
+
+
+def worker_variant(dtype: str, remat: str, steps: int) -> dict:
+    import jax
+
+    from tpujob_plan.flops import train_flops_per_step
 
     cfg = anchor_config(dtype, remat, steps, checkpoint={"enabled": False}, output="unused")
     events = run_loop(cfg)
@@ -122,22 +148,7 @@ def worker_variant(dtype: str, remat: str, steps: int) -> dict:
 
     # The same compiled step alone, back to back, on a batch already on the device.
     B, L = cfg.train.global_batch, cfg.train.seq_len
-    mesh, _ = build_mesh(cfg.mesh)
-    tx, schedule = build_optimizer(cfg.optimizer, cfg.train.steps)
-    tokens_s = named_sharding(("batch", None), (B, L + 1), mesh)
-    stop_s = named_sharding(("batch",), (B,), mesh)
-    with activate(mesh):
-        model_cfg = cfg.model.model_copy(update={"remat": remat})
-        fns = build_step_fns(model_cfg, tx, schedule, seed=0, grad_accum=1, mesh=mesh,
-                             batch_shardings={"tokens": tokens_s, "stop": stop_s})
-        abstract_batch = {"tokens": jax.ShapeDtypeStruct((B, L + 1), np.int32, sharding=tokens_s),
-                          "stop": jax.ShapeDtypeStruct((B,), np.int32, sharding=stop_s)}
-        compiled = fns.step.lower(fns.abstract_state, abstract_batch).compile()
-        state = fns.init()
-        local = SyntheticSource(vocab_size=cfg.model.vocab_size, seq_len=L, global_batch=B,
-                                process_index=0, process_count=1, seed=0).next_batch()
-        batch = {"tokens": jax.device_put(local, tokens_s),
-                 "stop": jax.device_put(np.zeros((B,), np.int32), stop_s)}
+    with compiled_anchor_step(cfg) as (compiled, state, batch):
         for _ in range(WARMUP_STEPS):
             state, metrics = compiled(state, batch)
         jax.block_until_ready(state)
