@@ -6,7 +6,6 @@ finishes every job exactly once; every request the operator sends is one its RBA
 from __future__ import annotations
 
 import secrets
-import time
 
 import pytest
 
@@ -89,7 +88,13 @@ def test_a_namespaced_operator_asks_for_nothing_outside_its_namespace(fresh):
     try:
         fresh.create_job("ns-ok")
         fresh.wait_phase("ns-ok", "Starting")
-        time.sleep(1.0)  # a relist or two as well
+        started = len(fresh.server.requests())
+
+        def relists() -> int:  # the periodic relist lists jobs and JobSets, watches do not
+            return sum(r.verb == "list" and r.resource == "jobsets" and
+                       not r.user_agent.startswith("python-requests")
+                       for r in fresh.server.requests()[started:])
+        wait_for(lambda: relists() >= 2, timeout=30, message="two relists")
     finally:
         op.stop()
     requests = [r for r in _operator_requests(fresh) if r.is_resource]
