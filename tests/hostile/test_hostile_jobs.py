@@ -127,6 +127,8 @@ def _plant(where: str, token: str) -> dict[str, Any]:
     wandb = {"project": "p", "apiKeySecret": {"name": "wandb", "key": "api-key"}}
     if where == "env WANDB_API_KEY value":
         spec["env"] = [{"name": "WANDB_API_KEY", "value": token}]
+    elif where.startswith("env ") and where.endswith(" literal"):
+        spec["env"] = [{"name": where.split()[1], "value": token}]
     elif where == "env WANDB_API_KEY value and valueFrom":
         spec["env"] = [{"name": "WANDB_API_KEY", "value": token, "valueFrom": {
             "secretKeyRef": {"name": "wandb", "key": "api-key"}}}]
@@ -146,7 +148,9 @@ PLANTED = ("env WANDB_API_KEY value", "env WANDB_API_KEY value and valueFrom",
            "trainer config api_key", "trainer config apiKey", "trainer config key",
            "override metrics.wandb.api_key", "override metrics.wandb.key", "override api_key",
            "wandb apiKey", "wandb key", "wandb token", "apiKeySecret value",
-           "apiKeySecret data", "apiKeySecret stringData")
+           "apiKeySecret data", "apiKeySecret stringData", "env HF_TOKEN literal",
+           "env OPENAI_API_KEY literal", "env AWS_SECRET_ACCESS_KEY literal",
+           "env DB_PASSWORD literal")
 
 
 @PURE
