@@ -8,8 +8,8 @@ holds: add the test it calls for, or judge it equivalent (docs/testing.md lists 
     python tools/mutation.py --shard 0/2 & python tools/mutation.py --shard 1/2
     python tools/mutation.py --report              # the table and the survivors so far
 
-Each run copies the source roots and tests into `.mutation/work-<shard>/` and mutates only
-that copy (the checkout is never touched), so shards run side by side. Every mutant's outcome is
+Each run copies the source roots and tests into `.mutation/work-<shard>-<pid>/` and mutates
+only that copy (the checkout is never touched), so shards run side by side. Every mutant's outcome is
 appended to `.mutation/results.jsonl`, keyed by the module's source hash: a run that stops
 (`--budget` seconds, Ctrl-C) picks up where it left off, a module that changed is tested again,
 and survivors are tried again on every run (a test added since may kill them). Tests run in a child forked from a process that has already imported pytest and the
@@ -43,8 +43,8 @@ PLAN_TESTS = ["tests/plan/test_slice_plan.py", "tests/plan/test_catalog.py",
               "tests/plan/test_layers.py"]
 BUILDER_TESTS = ["tests/builders/test_builder_pins.py", "tests/builders/test_jobset.py",
                  "tests/builders/test_fingerprint.py", "tests/builders/test_validation.py"]
-VALIDATION_TESTS = ["tests/builders/test_validation.py", "tests/hostile/test_hostile_jobs.py",
-                    "tests/controller/test_admission.py"]
+VALIDATION_TESTS = ["tests/builders/test_validation_pins.py", "tests/builders/test_validation.py",
+                    "tests/controller/test_admission.py", "tests/hostile/test_hostile_jobs.py"]
 # Module -> the tests that cover it (pytest arguments, relative to the repository root).
 MODULES: dict[str, list[str]] = {
     "trainer/tpujob_plan/catalog.py": PLAN_TESTS,
@@ -286,8 +286,16 @@ def _load_results() -> dict[tuple[str, str, int], dict]:
 
 
 def run(modules: list[str], shard: int, shards: int, budget_s: float | None) -> None:
-    work = STATE / f"work-{shard}"
+    work = STATE / f"work-{shard}-{os.getpid()}"  # runs side by side never share a copy
     _prepare(work)
+    try:
+        _run_modules(work, modules, shard, shards, budget_s)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_modules(work: Path, modules: list[str], shard: int, shards: int,
+                 budget_s: float | None) -> None:
     _preload()
     done = _load_results()
     started = time.monotonic()
