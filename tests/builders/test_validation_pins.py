@@ -59,3 +59,32 @@ def test_by_default_deterministic_exits_fail_the_job_at_once(code):
         assert rule["action"] == "FailJob" and rule["onExitCodes"]["operator"] == "NotIn"
         assert code not in rule["onExitCodes"]["values"]
         assert 42 in rule["onExitCodes"]["values"] and 143 in rule["onExitCodes"]["values"]
+
+
+@pytest.mark.parametrize("length, valid", [(53, True), (54, False)])
+def test_a_name_is_refused_exactly_when_a_pod_host_name_would_pass_63_characters(length, valid):
+    # v6e-16 has 4 hosts: the last pod's host name is <name>-slice-0-3, 10 characters more.
+    job = _job("v6e-16", {"train": {"steps": 10, "global_batch": 16}})
+    job["metadata"]["name"] = "a" * length
+    verdict = validate_job(job)
+    assert verdict.valid is valid, verdict.message
+    if not valid:
+        assert verdict.field == "metadata.name" and "at most 53 characters" in verdict.message
+
+
+@pytest.mark.parametrize("ici, train, shards, micro", [
+    ({"fsdp": 4, "expert": 4}, {"global_batch": 8}, 16, 8),
+    ({"fsdp": -1}, {"global_batch": 16, "grad_accum": 2}, 16, 8),
+    ({"data": 4, "fsdp": 4}, {"global_batch": 24}, 16, 24),
+])
+def test_a_micro_batch_must_split_over_data_fsdp_and_expert(ici, train, shards, micro):
+    config = {"model": LLAMA_70B["model"] | {"vocab_size": 256, "d_model": 64, "n_layers": 2,
+                                              "n_heads": 4, "n_kv_heads": 2, "head_dim": 16,
+                                              "mlp_dim": 128},
+              "train": {"seq_len": 64} | train}
+    job = _job("v6e-16", config)
+    job["spec"]["parallelism"] = {"ici": ici}
+    verdict = validate_job(job)
+    assert verdict.field == "spec.trainer.config.train.global_batch", verdict.message
+    assert f"a batch of {micro} sequences" in verdict.message
+    assert f"over the {shards} batch shards" in verdict.message
