@@ -88,3 +88,31 @@ def test_a_micro_batch_must_split_over_data_fsdp_and_expert(ici, train, shards, 
     assert verdict.field == "spec.trainer.config.train.global_batch", verdict.message
     assert f"a batch of {micro} sequences" in verdict.message
     assert f"over the {shards} batch shards" in verdict.message
+
+
+@pytest.mark.parametrize("length, valid", [(53, True), (54, False)])
+def test_the_host_name_limit_counts_the_last_slices_index(length, valid):
+    # 10 slices of v6e-16: the last pod is <name>-slice-9-3 (10 characters more), not -10-.
+    job = _job("v6e-16", {"train": {"steps": 10, "global_batch": 160}})
+    job["spec"]["slices"] = 10
+    job["metadata"]["name"] = "a" * length
+    verdict = validate_job(job)
+    assert verdict.valid is valid, verdict.message
+
+
+@pytest.mark.parametrize("length, shown", [(126, "a" * 126 + "'"), (127, "a" * 63 + "'...")])
+def test_a_long_invalid_name_is_shown_whole_up_to_126_characters(length, shown):
+    job = _job("v6e-16", {"train": {"steps": 10, "global_batch": 16}})
+    job["metadata"]["name"] = "a" * length
+    verdict = validate_job(job)
+    assert verdict.field == "metadata.name"
+    assert f"'{shown} is not a valid name" in verdict.message
+
+
+def test_a_verdict_cannot_be_changed_once_made():
+    # The operator keeps one verdict per job generation and hands it to every pass.
+    import dataclasses
+
+    verdict = validate_job(_job("v6e-16", {"train": {"steps": 10, "global_batch": 16}}))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        verdict.valid = False
