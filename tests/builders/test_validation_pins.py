@@ -70,6 +70,8 @@ def test_a_name_is_refused_exactly_when_a_pod_host_name_would_pass_63_characters
     assert verdict.valid is valid, verdict.message
     if not valid:
         assert verdict.field == "metadata.name" and "at most 53 characters" in verdict.message
+        assert f"host names like '{'a' * length}-slice-0-3' must be at most 63" in \
+            verdict.message
 
 
 @pytest.mark.parametrize("ici, train, shards, micro", [
@@ -116,3 +118,12 @@ def test_a_verdict_cannot_be_changed_once_made():
     verdict = validate_job(_job("v6e-16", {"train": {"steps": 10, "global_batch": 16}}))
     with pytest.raises(dataclasses.FrozenInstanceError):
         verdict.valid = False
+
+
+def test_a_mesh_refusal_names_its_field_once():
+    job = _job("v6e-16", {"train": {"steps": 10, "global_batch": 16}})
+    job["spec"]["parallelism"] = {"ici": {"fsdp": 8}}
+    verdict = validate_job(job)
+    assert verdict.field == "spec.parallelism.ici"
+    assert verdict.message.startswith("spec.parallelism.ici: axes multiply to 8 but there "), \
+        verdict.message
