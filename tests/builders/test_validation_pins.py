@@ -127,3 +127,12 @@ def test_a_mesh_refusal_names_its_field_once():
     assert verdict.field == "spec.parallelism.ici"
     assert verdict.message.startswith("spec.parallelism.ici: axes multiply to 8 but there "), \
         verdict.message
+
+
+@pytest.mark.parametrize("remat, hint", [("full", False), ("none", True), ("auto", False)])
+def test_an_out_of_memory_refusal_suggests_full_remat_only_when_not_already_full(remat, hint):
+    config = {"model": LLAMA_70B["model"] | {"remat": remat}, "train": LLAMA_70B["train"]}
+    verdict = validate_job(_job("v6e-4", config))
+    assert verdict.reason == "OutOfMemory"
+    assert verdict.message.endswith("a smaller batch or model.remat=full" if hint
+                                    else "a smaller batch"), verdict.message
