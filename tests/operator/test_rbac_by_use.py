@@ -16,9 +16,8 @@ import secrets
 import pytest
 
 from tests.chart.support import render
-from tests.operator.conftest import JOBS, JOBSETS, ROOT, Cluster, start_operator
+from tests.operator.conftest import JOBS, JOBSETS, Cluster, start_operator
 from tests.support.apiserver import wait_for
-from tpujob.local.apiserver import ApiServer, bundled_crd_paths, load_crds
 
 pytestmark = pytest.mark.integration
 OPERATOR_AGENTS = ("OpenAPI-Generator", "kopf")
@@ -148,17 +147,6 @@ def _drive_every_path(c: Cluster) -> None:
     wait_for(lambda: [r for r in c.server.requests()[before:] if r.verb == "list" and
                       r.resource == "jobsets" and "OpenAPI-Generator" in r.user_agent],
              timeout=30, message="a relist after the deletion")
-
-
-@pytest.fixture
-def fresh(tmp_path):
-    crds = load_crds(bundled_crd_paths() + [ROOT / "manifests" / "crd.yaml"])
-    with ApiServer(crds=crds, bookmark_interval_s=1.0) as srv:
-        c = Cluster(srv, srv.write_kubeconfig(tmp_path / "kubeconfig"),
-                    f"rbac-{secrets.token_hex(3)}")
-        c.request("POST", "/api/v1/namespaces", json={
-            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": c.namespace}})
-        yield c
 
 
 @pytest.mark.parametrize("scope", ["cluster-wide", "namespaced"])

@@ -5,28 +5,14 @@ finishes every job exactly once; every request the operator sends is one its RBA
 
 from __future__ import annotations
 
-import secrets
-
 import pytest
 
-from tests.operator.conftest import ROOT, Cluster, start_operator
+from tests.operator.conftest import Cluster, start_operator
 from tests.support.apiserver import wait_for
 from tpujob.controller.permissions import allowed
-from tpujob.local.apiserver import ApiServer, bundled_crd_paths, load_crds
 
 pytestmark = pytest.mark.integration
 N_JOBS = 24
-
-
-@pytest.fixture
-def fresh(tmp_path):
-    crds = load_crds(bundled_crd_paths() + [ROOT / "manifests" / "crd.yaml"])
-    with ApiServer(crds=crds, bookmark_interval_s=1.0) as srv:
-        c = Cluster(srv, srv.write_kubeconfig(tmp_path / "kubeconfig"),
-                    f"burst-{secrets.token_hex(3)}")
-        c.request("POST", "/api/v1/namespaces", json={
-            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": c.namespace}})
-        yield c
 
 
 def _operator_requests(cluster: Cluster):
