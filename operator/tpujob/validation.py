@@ -2,8 +2,8 @@
 TPU is spent. Pure: a parsed job in, a verdict out (the first problem, with the field it names
 and what would be valid), so the operator, the admission webhook and `tpujob render` agree.
 
-Order: the object's own schema (apiVersion, kind, metadata, spec), the job's name (a DNS label),
-then the slice (and whether the name leaves room for its pods' host names), the mesh against
+Order: the object's own schema (apiVersion, kind, metadata, spec), no literal value for an env
+variable whose name says it holds a credential, the job's name (a DNS label), then the slice (and whether the name leaves room for its pods' host names), the mesh against
 the slice's topology, the trainer config (the trainer's own schema, with the job's settings laid
 over it), and the model's memory against the slice's HBM.
 """
@@ -27,6 +27,13 @@ from tpujob_plan.slice_plan import SlicePlan, plan_slice
 
 GIB = 1024**3
 MAX_HOSTNAME = 63  # a pod's host name is a DNS label
+# Env names that conventionally hold a credential: *_API_KEY, *_TOKEN, *_PASSWORD, *_SECRET*,
+# HF_TOKEN, AWS_SECRET_ACCESS_KEY, ... A literal value there would sit in the job, readable by
+# anyone who can read the job, and be copied into the JobSet and its pods' specs. Names of files
+# that hold one (GOOGLE_APPLICATION_CREDENTIALS, *_PASSWORD_FILE) are not credentials.
+CREDENTIAL_ENV = re.compile(
+    r"^(?:.*_)?(?:API_?KEY|TOKEN|PASSWORD|PASSWD|PASSPHRASE|ACCESS_KEY|PRIVATE_KEY)$"
+    r"|(?:^|_)SECRETS?(?:_|$)", re.IGNORECASE)
 
 
 @dataclass(frozen=True)
@@ -60,6 +67,14 @@ def validate_job(obj: dict[str, Any]) -> Verdict:
         first = err.problems[0]
         field = first.split(":", 1)[0].strip() if ":" in first else "spec"
         return Verdict(False, reason="InvalidSpec", field=field, message="; ".join(err.problems))
+    for i, env in enumerate(job.spec.env):
+        if env.value is not None and CREDENTIAL_ENV.search(env.name):
+            return Verdict.refuse(
+                "InvalidSpec", f"spec.env[{i}].value",
+                f"{env.name} is named like a credential, and a literal value would be stored in "
+                f"the job (and its JobSet) for anyone who can read them; put it in a Secret in "
+                f"the job's namespace and use valueFrom.secretKeyRef: {{name: SECRET, key: KEY}} "
+                f"instead of value", job=job)
     problem = _name_problem(job.metadata.get("name"))
     if problem:
         return Verdict.refuse("InvalidName", "metadata.name", problem, job=job)

@@ -78,8 +78,13 @@ def test_orphan_propagation_keeps_dependents(kube: Kube, widgets: str) -> None:
                  params={"propagationPolicy": "Orphan"})
     wait_for(lambda: kube.get(f"{widgets}/{owner['metadata']['name']}").status_code == 404,
              timeout=30, message="the owner to go")
-    wait_for(lambda: not kube.get(f"{cm_path}/{child}").json()["metadata"].get(
-        "ownerReferences"), timeout=30, message="the owner reference to be dropped")
+    def orphaned() -> dict | None:
+        reply = kube.get(f"{cm_path}/{child}")
+        # A 404 (the dependent deleted) is the opposite of orphaning: it must not end the wait.
+        assert reply.status_code == 200, reply.text
+        return reply.json() if not reply.json()["metadata"].get("ownerReferences") else None
+    kept = wait_for(orphaned, timeout=30, message="the owner reference to be dropped")
+    assert kept["metadata"]["name"] == child
 
 
 def test_namespace_deletion_removes_its_contents(kube: Kube) -> None:

@@ -166,3 +166,51 @@ def test_render_refuses_a_malformed_object_naming_the_field(tmp_path, capsys, ke
     assert render_cmd.run(argparse.Namespace(file=str(path), namespace=None)) == 1
     out, err = capsys.readouterr()
     assert out == "" and says in err
+
+
+CREDENTIAL = "tpujob-literal-credential-0123"
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", ["HF_TOKEN", "GITHUB_TOKEN", "TOKEN", "OPENAI_API_KEY",
+                                  "ANTHROPIC_APIKEY", "api_key", "AWS_SECRET_ACCESS_KEY",
+                                  "CLIENT_SECRET", "SECRET_KEY", "MY_SECRETS_JSON",
+                                  "DB_PASSWORD", "SMTP_PASSWD", "GPG_PASSPHRASE",
+                                  "AWS_ACCESS_KEY", "SSH_PRIVATE_KEY", "hf_token"])
+def test_a_literal_value_for_a_credential_like_env_name_is_refused(name):
+    job = _job(env=[{"name": "LOG_LEVEL", "value": "info"},
+                    {"name": name, "value": CREDENTIAL}])
+    verdict = validate_job(job)
+    assert not verdict.valid, name
+    assert (verdict.reason, verdict.field) == ("InvalidSpec", "spec.env[1].value")
+    assert verdict.message.startswith("spec.env[1].value: ") and name in verdict.message
+    assert "valueFrom.secretKeyRef" in verdict.message
+    assert CREDENTIAL not in verdict.message  # the message goes to status and Events
+    # The same variable taken from a Secret is fine.
+    job["spec"]["env"][1] = {"name": name, "valueFrom": {"secretKeyRef": {"name": "s",
+                                                                          "key": "k"}}}
+    assert validate_job(job).valid
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("name", ["MAX_TOKENS", "TOKENIZER", "NUM_TOKENS_PER_STEP",
+                                  "TOKEN_BUDGET", "SECRETARY", "XLA_FLAGS",
+                                  "GOOGLE_APPLICATION_CREDENTIALS", "DB_PASSWORD_FILE",
+                                  "HF_HOME", "KEYS_DIR", "APIKEYS_DOC_URL"])
+def test_names_that_only_look_near_a_credential_keep_their_literal_value(name):
+    assert validate_job(_job(env=[{"name": name, "value": "x"}])).valid, name
+
+
+@pytest.mark.unit
+def test_render_and_the_webhook_refuse_a_literal_credential_the_same_way(tmp_path, capsys):
+    from tpujob.cli import render_cmd
+    from tpujob.controller.admission import review
+
+    job = _job(env=[{"name": "HF_TOKEN", "value": CREDENTIAL}])
+    path = tmp_path / "job.yaml"
+    path.write_text(yaml.safe_dump(job))
+    assert render_cmd.run(argparse.Namespace(file=str(path), namespace=None)) == 1
+    out, err = capsys.readouterr()
+    refusal = validate_job(job).message
+    assert out == "" and refusal in err and CREDENTIAL not in err
+    assert review(job) == refusal

@@ -20,6 +20,7 @@ import yaml
 
 from tests.e2e.conftest import stand_in, stop_tree
 from tests.support.apiserver import wait_for
+from tests.support.ci_skips import in_ci
 
 pytestmark = pytest.mark.e2e
 
@@ -42,6 +43,9 @@ class Kubectl:
     def __init__(self, kubeconfig, server: str):
         self.kubeconfig, self.server = kubeconfig, server
         self.binary = shutil.which("kubectl")
+        if self.binary is None and in_ci():
+            pytest.fail("kubectl is not on PATH: CI runs this test with the real kubectl "
+                        "(.ci/run installs it)")
 
     def apply(self, path) -> None:
         if self.binary:

@@ -4,12 +4,12 @@ a job deleted mid-run stops its processes."""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from tests.e2e.conftest import is_alive, stand_in, unique
 from tests.support.apiserver import wait_for
+from tpujob.local.executor.client import Resource
+from tpujob.local.session.cluster import TPUJOBS
 
 pytestmark = pytest.mark.e2e
 
@@ -22,6 +22,11 @@ OUT_OF_MEMORY = (
     "while trying to allocate 17179869184 bytes'}, f)\n"
     "sys.exit(4)\n")
 SLEEP = "import time; time.sleep(300)"
+JOBSETS = Resource("jobset.x-k8s.io", "v1alpha2", "jobsets")
+
+
+def _jobset(local, name: str) -> dict:
+    return local.cluster.api.get(JOBSETS, local.namespace, name) or {}
 
 
 def test_an_out_of_memory_exit_fails_the_job_with_its_reason_and_no_restart(local):
@@ -34,13 +39,18 @@ def test_an_out_of_memory_exit_fails_the_job_with_its_reason_and_no_restart(loca
     assert "exited 4" in status["failure"]["message"], status
     assert "allocate 17179869184 bytes" in status["failure"]["message"], status
     assert status["restarts"] == 0, status
-    time.sleep(1.5)  # a restart would show up as new pods by now
+    # The JobSet controller has decided for good: the JobSet is Failed, not restarted (after
+    # a terminal state it makes no new Jobs), and the host that had not exited is stopped.
+    jobset = wait_for(lambda: (_jobset(local, name).get("status") or {}).get(
+        "terminalState") and _jobset(local, name), timeout=30, message="the JobSet to end")
+    assert jobset["status"]["terminalState"] == "Failed", jobset["status"]
+    assert jobset["status"].get("restarts", 0) == 0, jobset["status"]
+    wait_for(lambda: not local.processes(name), timeout=30, message="no process left")
     # Only the first attempt's pods ever existed (the failed JobSet may already have deleted
-    # the one that had not exited yet) and nothing runs.
+    # the one that had not exited yet).
     pods = local.pods(name)
     assert 1 <= len(pods) <= 2, pods
     assert {p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] for p in pods} == {"0"}
-    assert not local.processes(name)
     assert local.status(name)["restarts"] == 0
     warnings = [e for e in local.events(name) if e["type"] == "Warning"]
     assert [e["reason"] for e in warnings] == ["Failed"], warnings
@@ -56,9 +66,16 @@ def test_an_invalid_job_never_starts_a_process(local):
     assert status["phase"] == "Invalid"
     assert "spec.parallelism.ici" in status["failure"]["message"]
     assert "8 devices" in status["failure"]["message"]
-    time.sleep(1.5)  # the operator and the executor have looked at it several times by now
+    # Proof that the operator looked at the job again after refusing it: a spec change is
+    # refused anew (a later status write, for the new generation), and still nothing runs.
+    local.cluster.api.patch(TPUJOBS, local.namespace, name,
+                            {"spec": {"parallelism": {"ici": {"tensor": 5}}}})
+    job = local.wait(name, lambda s: s.get("observedGeneration") == 2, timeout=30,
+                     message=f"{name}'s second generation to be looked at")
+    assert job["status"]["phase"] == "Invalid", job["status"]
+    assert "multiply to 5" in job["status"]["failure"]["message"], job["status"]
+    assert _jobset(local, name) == {}
     assert local.pods(name) == [] and local.processes(name) == []
-    assert local.status(name)["phase"] == "Invalid"
 
 
 def test_a_job_deleted_mid_run_stops_its_processes(local):

@@ -8,6 +8,8 @@ from typing import Any
 
 from hypothesis import strategies as st
 
+from tpujob.validation import CREDENTIAL_ENV
+
 # Strings that have broken parsers, shells, templates, YAML and terminals somewhere.
 INJECTIONS = (
     "; rm -rf /", "$(id)", "`id`", "${jndi:ldap://x/a}", "{{ .Values.secret }}", "' OR 1=1 --",
@@ -36,7 +38,7 @@ dns_label = st.from_regex(r"\A[a-z]([a-z0-9-]{0,18}[a-z0-9])?\Z")
 env_name = st.from_regex(r"\A[A-Za-z_][A-Za-z0-9_.-]{0,30}\Z").filter(
     lambda n: not n.startswith("TPUJOB_") and n not in (
         "TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES", "WANDB_API_KEY") and
-    not n.startswith("MEGASCALE_"))
+    not n.startswith("MEGASCALE_") and not CREDENTIAL_ENV.search(n))
 secret_token = st.text(alphabet="0123456789abcdef", min_size=24, max_size=24).map(
     lambda t: SECRET_PREFIX + t)
 

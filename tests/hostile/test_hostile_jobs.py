@@ -43,6 +43,7 @@ NAMESPACE = "hostile"
 UID = "0f0e0d0c-0000-4000-a000-000000000001"
 REFERENCE_KINDS = ("secretKeyRef", "configMapKeyRef", "secretRef", "configMapRef")
 PLANTED_LITERAL = "tpujob-planted-literal"
+LAST_APPLIED = "kubectl.kubernetes.io/last-applied-configuration"
 
 validate_job({})  # import the trainer's config schema before any deadline counts
 
@@ -126,6 +127,8 @@ def _plant(where: str, token: str) -> dict[str, Any]:
     wandb = {"project": "p", "apiKeySecret": {"name": "wandb", "key": "api-key"}}
     if where == "env WANDB_API_KEY value":
         spec["env"] = [{"name": "WANDB_API_KEY", "value": token}]
+    elif where.startswith("env ") and where.endswith(" literal"):
+        spec["env"] = [{"name": where.split()[1], "value": token}]
     elif where == "env WANDB_API_KEY value and valueFrom":
         spec["env"] = [{"name": "WANDB_API_KEY", "value": token, "valueFrom": {
             "secretKeyRef": {"name": "wandb", "key": "api-key"}}}]
@@ -145,7 +148,9 @@ PLANTED = ("env WANDB_API_KEY value", "env WANDB_API_KEY value and valueFrom",
            "trainer config api_key", "trainer config apiKey", "trainer config key",
            "override metrics.wandb.api_key", "override metrics.wandb.key", "override api_key",
            "wandb apiKey", "wandb key", "wandb token", "apiKeySecret value",
-           "apiKeySecret data", "apiKeySecret stringData")
+           "apiKeySecret data", "apiKeySecret stringData", "env HF_TOKEN literal",
+           "env OPENAI_API_KEY literal", "env AWS_SECRET_ACCESS_KEY literal",
+           "env DB_PASSWORD literal")
 
 
 @PURE
@@ -166,6 +171,15 @@ def test_secret_references_render_as_references_only(obj: dict, token: str) -> N
     obj = _as_operator_sees_it(obj)
     obj["spec"]["wandb"] = {"project": "p", "apiKeySecret": {"name": "wandb", "key": "api-key"}}
     obj["spec"]["env"] = [e for e in obj["spec"]["env"] if "valueFrom" not in e]
+    # The secret's value reaches the operator with the job wherever the API lets the job carry
+    # free text that is not the spec: `kubectl apply` keeps the applied object (here one that
+    # once held the key) in an annotation, and a status written by anything. None of it may be
+    # copied into a child.
+    leaked = json.dumps({"spec": {"env": [{"name": "WANDB_API_KEY", "value": token}]}})
+    obj["metadata"].setdefault("annotations", {})[LAST_APPLIED] = leaked
+    obj["status"] = {"phase": "Running", "conditions": [{
+        "type": "Ready", "status": "True", "reason": "Up", "message": token,
+        "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
     verdict = validate_job(obj)
     if not verdict.valid:
         return
@@ -194,7 +208,7 @@ def test_the_wandb_key_secret_cannot_be_in_another_namespace(secret_ref: dict) -
 # -- bugs found by the tests above, in code these tests do not own ------------------------------
 
 @pytest.mark.parametrize("value", ["2001-02-30", "9" * 5000, "!!bool x", "!!timestamp x",
-                                   "!!int x"])
+                                   "!!int x", "[" * 1000])
 def test_override_values_yaml_cannot_read_are_refused(value: str) -> None:
     job = _base_job()
     job["spec"]["trainer"]["overrides"] = [f"train.steps={value}"]

@@ -103,6 +103,18 @@ def server(tmp_path_factory):
         yield srv, srv.write_kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig")
 
 
+@pytest.fixture
+def fresh(tmp_path) -> Cluster:
+    """An API server and namespace of the test's own (its request log holds only its requests)."""
+    crds = load_crds(bundled_crd_paths() + [ROOT / "manifests" / "crd.yaml"])
+    with ApiServer(crds=crds, bookmark_interval_s=1.0) as srv:
+        c = Cluster(srv, srv.write_kubeconfig(tmp_path / "kubeconfig"),
+                    f"fresh-{secrets.token_hex(3)}")
+        c.request("POST", "/api/v1/namespaces", json={
+            "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": c.namespace}})
+        yield c
+
+
 @pytest.fixture(scope="module")
 def cluster(server) -> Cluster:
     srv, kubeconfig = server

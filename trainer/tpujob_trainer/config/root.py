@@ -99,9 +99,11 @@ def _apply_override(d: dict[str, Any], override: str) -> str | None:
         return f"override {override!r} is not of the form section.field=value"
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except (yaml.YAMLError, ValueError, TypeError, OverflowError, KeyError, AttributeError):
+    except (yaml.YAMLError, ValueError, TypeError, OverflowError, KeyError, AttributeError,
+            RecursionError):
         # Not YAML, or YAML that cannot be built (an impossible date, an integer past Python's
-        # digit limit, a bad !!tag): keep the text; the schema then names the field.
+        # digit limit, a bad !!tag, thousands of nested brackets): keep the text; the schema
+        # then names the field.
         value = raw
     parts = key.split(".")
     node = d

@@ -1,0 +1,401 @@
+"""Mutation testing of tpujob's core: plant one small bug at a time in a module (a comparison,
+an arithmetic or boolean operator, a number, a `not`), run only the tests that cover that
+module, and count the mutants the tests kill. A mutant that survives is a guarantee no test
+holds: add the test it calls for, or judge it equivalent (docs/testing.md lists those).
+
+    python tools/mutation.py                       # every module in MODULES, resumable
+    python tools/mutation.py trainer/tpujob_plan/mesh.py --budget 600
+    python tools/mutation.py --shard 0/2 & python tools/mutation.py --shard 1/2
+    python tools/mutation.py --report              # the table and the survivors so far
+
+Each run copies the source roots and tests into `.mutation/work-<shard>-<pid>/` and mutates
+only that copy (the checkout is never touched), so shards run side by side. Every mutant's outcome is
+appended to `.mutation/results.jsonl`, keyed by the module's source hash: a run that stops
+(`--budget` seconds, Ctrl-C) picks up where it left off, a module that changed is tested again,
+and survivors are tried again on every run (a test added since may kill them). Tests run in a child forked from a process that has already imported pytest and the
+heavy libraries, with `-x`, so a killed mutant costs a fraction of a second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import hashlib
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+STATE = ROOT / ".mutation"
+RESULTS = STATE / "results.jsonl"
+COPIED = ("operator", "trainer", "tests", "charts", "manifests", "pyproject.toml")
+PER_MUTANT_TIMEOUT_S = 120.0
+
+PLAN_TESTS = ["tests/plan/test_slice_plan.py", "tests/plan/test_catalog.py",
+              "tests/plan/test_memory_and_flops.py", "tests/plan/test_mesh.py",
+              "tests/plan/test_layers.py"]
+BUILDER_TESTS = ["tests/builders/test_builder_pins.py", "tests/builders/test_jobset.py",
+                 "tests/builders/test_fingerprint.py", "tests/builders/test_validation.py"]
+VALIDATION_TESTS = ["tests/builders/test_validation_pins.py", "tests/builders/test_validation.py",
+                    "tests/controller/test_admission.py", "tests/hostile/test_hostile_jobs.py"]
+# Module -> the tests that cover it (pytest arguments, relative to the repository root).
+MODULES: dict[str, list[str]] = {
+    "trainer/tpujob_plan/catalog.py": PLAN_TESTS,
+    "trainer/tpujob_plan/flops.py": PLAN_TESTS,
+    "trainer/tpujob_plan/generations.py": PLAN_TESTS,
+    "trainer/tpujob_plan/memory.py": ["tests/plan/test_memory_and_flops.py",
+                                      "tests/plan/test_layers.py"],
+    "trainer/tpujob_plan/mesh.py": ["tests/plan/test_mesh.py"],
+    "trainer/tpujob_plan/model_shape.py": ["tests/plan/test_memory_and_flops.py",
+                                           "tests/plan/test_layers.py"],
+    "trainer/tpujob_plan/slice_plan.py": PLAN_TESTS,
+    "trainer/tpujob_plan/topologies.py": PLAN_TESTS,
+    "operator/tpujob/builders/fingerprint.py": BUILDER_TESTS,
+    "operator/tpujob/builders/jobset.py": BUILDER_TESTS,
+    "operator/tpujob/builders/names.py": BUILDER_TESTS,
+    "operator/tpujob/builders/trainer_config.py": BUILDER_TESTS,
+    "operator/tpujob/builders/wiring.py": BUILDER_TESTS + ["tests/executor/test_podenv_unit.py"],
+    "operator/tpujob/validation.py": VALIDATION_TESTS,
+    "operator/tpujob/controller/decide.py": ["tests/controller/test_decide.py"],
+    "operator/tpujob/controller/observe.py": ["tests/controller/test_observe.py"],
+    "trainer/tpujob_trainer/exits.py": ["tests/trainer/test_contract.py",
+                                        "tests/controller/test_observe.py"],
+    "operator/tpujob/local/apiserver/patch.py": ["tests/apiserver/test_patch_unit.py"],
+    "operator/tpujob/local/apiserver/selectors.py": ["tests/apiserver/test_selectors_unit.py"],
+}
+# Survivors judged equivalent (no test can tell them from the original), with why: (module,
+# the source line as written, the mutation) -> reason. The report counts them apart.
+EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("operator/tpujob/builders/fingerprint.py",
+     'return json.dumps(build_fingerprint(spec), sort_keys=True, separators=(",", ":"))',
+     "True -> False"): "build_fingerprint already returns its keys sorted",
+    ("operator/tpujob/builders/trainer_config.py",
+     '"data": {CONFIG_FILE: yaml.safe_dump(build_trainer_config(spec), sort_keys=False)},',
+     "False -> True"): "the same mapping with its keys in another order; the trainer reads a "
+                       "mapping",
+}
+PYTEST_ARGS = ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--no-header",
+               "--timeout=120"]
+
+
+# -- mutants ----------------------------------------------------------------------------------
+
+COMPARE_SWAPS: dict[type, type] = {
+    ast.Lt: ast.LtE, ast.LtE: ast.Lt, ast.Gt: ast.GtE, ast.GtE: ast.Gt, ast.Eq: ast.NotEq,
+    ast.NotEq: ast.Eq, ast.In: ast.NotIn, ast.NotIn: ast.In, ast.Is: ast.IsNot,
+    ast.IsNot: ast.Is}
+BINOP_SWAPS: dict[type, type] = {
+    ast.Add: ast.Sub, ast.Sub: ast.Add, ast.Mult: ast.Div, ast.Div: ast.Mult,
+    ast.FloorDiv: ast.Mult, ast.Mod: ast.FloorDiv, ast.Pow: ast.Mult}
+SYMBOL = {ast.Lt: "<", ast.LtE: "<=", ast.Gt: ">", ast.GtE: ">=", ast.Eq: "==", ast.NotEq: "!=",
+          ast.In: "in", ast.NotIn: "not in", ast.Is: "is", ast.IsNot: "is not", ast.Add: "+",
+          ast.Sub: "-", ast.Mult: "*", ast.Div: "/", ast.FloorDiv: "//", ast.Mod: "%",
+          ast.Pow: "**", ast.And: "and", ast.Or: "or"}
+
+
+@dataclass(frozen=True)
+class Mutant:
+    index: int
+    line: int
+    what: str
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    """ids of the docstring nodes (never mutated)."""
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant):
+                found.add(id(body[0].value))
+    return found
+
+
+def _sites(tree: ast.AST) -> Iterator[tuple[ast.AST, str, object]]:
+    """Every place a mutant can be made: (node, kind, detail), in a fixed order."""
+    skip = _docstrings(tree)
+    annotations: set[int] = set()
+    for node in ast.walk(tree):  # type annotations are not behaviour
+        for ann in (getattr(node, "annotation", None), getattr(node, "returns", None)):
+            if ann is not None:
+                annotations.update(id(n) for n in ast.walk(ann))
+    for node in ast.walk(tree):
+        if id(node) in skip or id(node) in annotations:
+            continue
+        if isinstance(node, ast.Compare):
+            for i, op in enumerate(node.ops):
+                if type(op) in COMPARE_SWAPS:
+                    yield node, "compare", i
+        elif isinstance(node, ast.BinOp) and type(node.op) in BINOP_SWAPS:
+            if isinstance(node.op, ast.Mod) and isinstance(node.left, ast.Constant) and \
+                    isinstance(node.left.value, str):
+                continue  # "%s" % x formatting
+            yield node, "binop", None
+        elif isinstance(node, ast.AugAssign) and type(node.op) in BINOP_SWAPS:
+            yield node, "binop", None
+        elif isinstance(node, ast.BoolOp):
+            yield node, "boolop", None
+        elif isinstance(node, ast.UnaryOp) and isinstance(node.op, ast.Not):
+            yield node, "not", None
+        elif isinstance(node, ast.Constant) and type(node.value) is bool:
+            yield node, "bool", None
+        elif isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            yield node, "number", None
+
+
+def _describe(node: ast.AST, kind: str, detail: object) -> str:
+    if kind == "compare":
+        op = node.ops[detail]
+        return f"{SYMBOL[type(op)]} -> {SYMBOL[COMPARE_SWAPS[type(op)]]}"
+    if kind == "binop":
+        return f"{SYMBOL[type(node.op)]} -> {SYMBOL[BINOP_SWAPS[type(node.op)]]}"
+    if kind == "boolop":
+        return f"{SYMBOL[type(node.op)]} -> {'or' if isinstance(node.op, ast.And) else 'and'}"
+    if kind == "not":
+        return "not x -> x"
+    if kind == "bool":
+        return f"{node.value} -> {not node.value}"
+    return f"{node.value!r} -> {_bumped(node.value)!r}"
+
+
+def _bumped(value: int | float) -> int | float:
+    if value == 0:
+        return 1
+    if value == 1:
+        return 0 if isinstance(value, int) else 2.0
+    return value + 1 if isinstance(value, int) else value * 1.5
+
+
+def _apply(node: ast.AST, kind: str, detail: object) -> ast.AST | None:
+    """Mutate `node` in place; returns a replacement node when the node itself is replaced."""
+    if kind == "compare":
+        node.ops[detail] = COMPARE_SWAPS[type(node.ops[detail])]()
+    elif kind == "binop":
+        node.op = BINOP_SWAPS[type(node.op)]()
+    elif kind == "boolop":
+        node.op = ast.Or() if isinstance(node.op, ast.And) else ast.And()
+    elif kind == "not":
+        return node.operand
+    elif kind == "bool":
+        node.value = not node.value
+    else:
+        node.value = _bumped(node.value)
+    return None
+
+
+def mutants(source: str) -> list[Mutant]:
+    tree = ast.parse(source)
+    return [Mutant(i, getattr(node, "lineno", 0), _describe(node, kind, detail))
+            for i, (node, kind, detail) in enumerate(_sites(tree))]
+
+
+def mutated_source(source: str, index: int) -> str:
+    tree = ast.parse(source)
+    for i, (node, kind, detail) in enumerate(_sites(tree)):
+        if i != index:
+            continue
+        replacement = _apply(node, kind, detail)
+        if replacement is not None:
+            for parent in ast.walk(tree):
+                for field, value in ast.iter_fields(parent):
+                    if value is node:
+                        setattr(parent, field, replacement)
+                    elif isinstance(value, list):
+                        parent_list = value
+                        for j, item in enumerate(parent_list):
+                            if item is node:
+                                parent_list[j] = replacement
+        return ast.unparse(tree)
+    raise IndexError(index)
+
+
+# -- running ----------------------------------------------------------------------------------
+
+def _prepare(work: Path) -> None:
+    """A fresh copy of the source roots and tests, without bytecode (a mutant written in the
+    same second as the last, with the same size, must not be served from a stale .pyc)."""
+    if work.exists():
+        shutil.rmtree(work)
+    work.mkdir(parents=True)
+    ignore = shutil.ignore_patterns("__pycache__", "*.pyc", ".hypothesis")
+    for name in COPIED:
+        src = ROOT / name
+        if src.is_dir():
+            shutil.copytree(src, work / name, ignore=ignore)
+        elif src.exists():
+            shutil.copy2(src, work / name)
+    paths = [str(work / "operator"), str(work / "trainer"), str(work)]
+    os.environ["PYTHONPATH"] = os.pathsep.join(paths)  # for the tests' own subprocesses
+    os.environ["PYTHONDONTWRITEBYTECODE"] = "1"
+    sys.dont_write_bytecode = True
+    sys.path[:0] = paths
+
+
+def _preload() -> None:
+    """Import what every child needs but nothing of the project (the child imports that fresh,
+    mutant included)."""
+    import hypothesis  # noqa: F401
+    import pydantic  # noqa: F401
+    import pytest  # noqa: F401
+    import yaml  # noqa: F401
+
+
+def _run_tests(work: Path, tests: list[str], timeout_s: float) -> tuple[str, float]:
+    """('passed' | 'failed' | 'timeout', seconds) of one pytest run in a forked child."""
+    start = time.monotonic()
+    pid = os.fork()
+    if pid == 0:  # the child
+        try:
+            os.chdir(work)
+            devnull = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(devnull, 1)
+            os.dup2(devnull, 2)
+            import pytest
+            code = pytest.main([*PYTEST_ARGS, *tests])
+        except BaseException:
+            code = 99
+        os._exit(int(code))
+    deadline = start + timeout_s
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            code = os.waitstatus_to_exitcode(status)
+            return ("passed" if code == 0 else "failed"), time.monotonic() - start
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return "timeout", time.monotonic() - start
+        time.sleep(0.02)
+
+
+def _load_results() -> dict[tuple[str, str, int], dict]:
+    found = {}
+    if RESULTS.exists():
+        for line in RESULTS.read_text().splitlines():
+            if line.strip():
+                r = json.loads(line)
+                found[(r["module"], r["sha"], r["index"])] = r
+    return found
+
+
+def run(modules: list[str], shard: int, shards: int, budget_s: float | None) -> None:
+    work = STATE / f"work-{shard}-{os.getpid()}"  # runs side by side never share a copy
+    _prepare(work)
+    try:
+        _run_modules(work, modules, shard, shards, budget_s)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _run_modules(work: Path, modules: list[str], shard: int, shards: int,
+                 budget_s: float | None) -> None:
+    _preload()
+    done = _load_results()
+    started = time.monotonic()
+    for module in modules:
+        source = (ROOT / module).read_text()
+        sha = hashlib.sha256(source.encode()).hexdigest()[:16]
+        # A killed mutant stays killed (tests only grow); a survivor is tried again, since a
+        # test added since may kill it.
+        todo = [m for m in mutants(source) if m.index % shards == shard
+                and done.get((module, sha, m.index), {}).get("status", "survived") == "survived"]
+        if not todo:
+            continue
+        target = work / module
+        baseline, seconds = _run_tests(work, MODULES[module], PER_MUTANT_TIMEOUT_S)
+        if baseline != "passed":
+            print(f"{module}: its tests do not pass unmutated ({baseline}); skipped", flush=True)
+            continue
+        timeout_s = max(10.0, 3 * seconds)
+        print(f"{module}: {len(todo)} mutants, tests take {seconds:.1f} s", flush=True)
+        try:
+            for m in todo:
+                if budget_s is not None and time.monotonic() - started > budget_s:
+                    print("budget spent; run again to go on", flush=True)
+                    return
+                target.write_text(mutated_source(source, m.index))
+                outcome, took = _run_tests(work, MODULES[module], timeout_s)
+                status = {"passed": "survived", "failed": "killed",
+                          "timeout": "killed-timeout"}[outcome]
+                record = {"module": module, "sha": sha, "index": m.index, "line": m.line,
+                          "what": m.what, "status": status, "seconds": round(took, 2)}
+                with RESULTS.open("a") as f:
+                    f.write(json.dumps(record) + "\n")
+                if status == "survived":
+                    print(f"  survived {module}:{m.line} {m.what}", flush=True)
+        finally:
+            target.write_text(source)
+
+
+def report(modules: list[str]) -> int:
+    done = _load_results()
+    print(f"{'module':50} {'mutants':>7} {'killed':>6} {'equiv':>5} {'survived':>8} "
+          f"{'killed/non-equivalent':>6}")
+    survivors = []
+    for module in modules:
+        source = (ROOT / module).read_text()
+        sha = hashlib.sha256(source.encode()).hexdigest()[:16]
+        total = mutants(source)
+        results = [done[(module, sha, m.index)] for m in total if (module, sha, m.index) in done]
+        if not results:
+            print(f"{module:50} {len(total):>7} {'not run':>17}")
+            continue
+        lines = source.splitlines()
+        killed = sum(r["status"].startswith("killed") for r in results)
+        alive = [(module, r["line"], r["what"], lines[r["line"] - 1].strip())
+                 for r in results if r["status"] == "survived"]
+        equivalent = [a for a in alive if (module, a[3], a[2]) in EQUIVALENT]
+        rate = 100.0 * killed / max(1, len(results) - len(equivalent))
+        partial = "" if len(results) == len(total) else f" ({len(results)} run)"
+        print(f"{module:50} {len(total):>7} {killed:>6} {len(equivalent):>5} "
+              f"{len(alive) - len(equivalent):>8} {rate:>5.1f}%{partial}")
+        survivors += alive
+    if survivors:
+        print("\nsurvivors:")
+        by_module = defaultdict(list)
+        for module, line, what, text in survivors:
+            by_module[module].append((line, what, text))
+        for module, items in by_module.items():
+            for line, what, text in sorted(items):
+                why = EQUIVALENT.get((module, text, what))
+                print(f"  {module}:{line}  {what:14}  {text[:90]}"
+                      + (f"\n      equivalent: {why}" if why else ""))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("modules", nargs="*", help="paths as in MODULES (default: all)")
+    parser.add_argument("--shard", default="0/1", help="i/n: this run takes mutant i of n")
+    parser.add_argument("--budget", type=float, help="stop starting mutants after N seconds")
+    parser.add_argument("--report", action="store_true", help="print the table and stop")
+    parser.add_argument("--list", action="store_true", help="print each module's mutants")
+    args = parser.parse_args(argv)
+    modules = args.modules or list(MODULES)
+    unknown = [m for m in modules if m not in MODULES]
+    if unknown:
+        parser.error(f"not in MODULES: {', '.join(unknown)} (known: {', '.join(MODULES)})")
+    if args.list:
+        for module in modules:
+            for m in mutants((ROOT / module).read_text()):
+                print(f"{module}:{m.line} #{m.index} {m.what}")
+        return 0
+    if args.report:
+        return report(modules)
+    shard, shards = (int(x) for x in args.shard.split("/"))
+    if not 0 <= shard < shards:
+        parser.error("--shard i/n needs 0 <= i < n")
+    STATE.mkdir(exist_ok=True)
+    run(modules, shard, shards, args.budget)
+    return report(modules)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
