@@ -137,3 +137,22 @@ def name() -> str:
 
 def load_example(path: Path) -> dict:
     return yaml.safe_load(path.read_text())
+
+
+def create_trainer_pod(cluster: Cluster, jobset: str, index: int, port: int,
+                       **status) -> dict:
+    """A pod of slice 0 as the JobSet controller makes it (host `index`), with `status` set."""
+    pod = cluster.create("/api/v1/namespaces/{ns}/pods", {
+        "apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": f"{jobset}-slice-0-{index}-x",
+                     "labels": {"jobset.sigs.k8s.io/jobset-name": jobset,
+                                "jobset.sigs.k8s.io/job-index": "0",
+                                "jobset.sigs.k8s.io/restart-attempt": "0"},
+                     "annotations": {"batch.kubernetes.io/job-completion-index": str(index)}},
+        "spec": {"containers": [{"name": "trainer", "image": "trainer:1",
+                                 "ports": [{"name": "metrics", "containerPort": port}]}]},
+    })
+    if not status:
+        return pod
+    return cluster.patch(f"/api/v1/namespaces/{{ns}}/pods/{pod['metadata']['name']}/status",
+                         {"status": status})

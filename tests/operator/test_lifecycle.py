@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.operator.conftest import JOBS, JOBSETS, name
+from tests.operator.conftest import JOBS, JOBSETS, create_trainer_pod, name
 from tests.support.apiserver import wait_for
 from tpujob.api.resource import load_job
 from tpujob.builders.jobset import build_jobset
@@ -103,24 +103,6 @@ def metrics_endpoint():
     server.shutdown()
 
 
-def _pod(cluster, jobset: str, index: int, port: int, **status) -> dict:
-    return cluster.create("/api/v1/namespaces/{ns}/pods", {
-        "apiVersion": "v1", "kind": "Pod",
-        "metadata": {"name": f"{jobset}-slice-0-{index}-x",
-                     "labels": {"jobset.sigs.k8s.io/jobset-name": jobset,
-                                "jobset.sigs.k8s.io/job-index": "0",
-                                "jobset.sigs.k8s.io/restart-attempt": "0"},
-                     "annotations": {"batch.kubernetes.io/job-completion-index": str(index)}},
-        "spec": {"containers": [{"name": "trainer", "image": "trainer:1",
-                                 "ports": [{"name": "metrics", "containerPort": port}]}]},
-    }) if not status else _with_status(cluster, _pod(cluster, jobset, index, port), status)
-
-
-def _with_status(cluster, pod: dict, status: dict) -> dict:
-    return cluster.patch(f"/api/v1/namespaces/{{ns}}/pods/{pod['metadata']['name']}/status",
-                         {"status": status})
-
-
 def test_progress_is_read_from_process_zero(cluster, operator, metrics_endpoint):
     n = name()
     cluster.create_job(n)
@@ -128,7 +110,7 @@ def test_progress_is_read_from_process_zero(cluster, operator, metrics_endpoint)
     _Progress.doc = {"phase": "training", "step": 42, "total_steps": 100, "loss": 3.25,
                      "step_time_s": 0.5, "tokens_per_s_per_device": 1234.5,
                      "tflops_per_device": 1.5, "mfu": 0.42, "last_checkpoint_step": 40}
-    _pod(cluster, n, 0, metrics_endpoint.server_address[1],
+    create_trainer_pod(cluster, n, 0, metrics_endpoint.server_address[1],
          phase="Running", podIP="127.0.0.1")
     cluster.set_jobset_status(n, replicatedJobsStatus=[{"name": "slice", "ready": 1,
                                                         "succeeded": 0, "failed": 0,
@@ -152,7 +134,7 @@ def test_progress_from_the_log_asks_pods_log_and_a_missing_log_is_no_error(clust
     cluster.create_job(n, trainer={"command": ["python3", "train.py"],
                                    "progress": {"source": "log", "format": "maxtext"}})
     cluster.wait_phase(n, "Starting")
-    _pod(cluster, n, 0, 9431, phase="Running", podIP="127.0.0.1")
+    create_trainer_pod(cluster, n, 0, 9431, phase="Running", podIP="127.0.0.1")
     cluster.set_jobset_status(n, replicatedJobsStatus=[{"name": "slice", "ready": 1,
                                                         "succeeded": 0, "failed": 0,
                                                         "active": 1, "suspended": 0}])
@@ -185,7 +167,7 @@ def test_fatal_failure_surfaces_the_trainers_reason(cluster, operator):
     cluster.wait_phase(n, "Starting")
     message = json.dumps({"reason": "OutOfMemory",
                           "message": "RESOURCE_EXHAUSTED: 40 GiB needed, 31 GiB free"})
-    _pod(cluster, n, 1, 9431, phase="Failed", containerStatuses=[{
+    create_trainer_pod(cluster, n, 1, 9431, phase="Failed", containerStatuses=[{
         "name": "trainer", "ready": False, "restartCount": 0, "image": "trainer:1",
         "imageID": "", "state": {"terminated": {"exitCode": 4, "reason": "Error",
                                                 "message": message}}}])

@@ -1,5 +1,5 @@
 """RBAC proven by use: an operator is driven down every path it has (create, every phase,
-progress, failure, stall restart, suspend and resume, re-creation after a change made while
+progress (from process 0's endpoint, and from its log through pods/log), failure, stall restart, suspend and resume, re-creation after a change made while
 suspended, deletion, relists, retries after server errors, adoption after a JobSet create that
 timed out after the server stored it, and a ConfigMap create answered 409), every request it
 sends is recorded by the API server, and the rules the Helm chart renders are compared with
@@ -16,7 +16,7 @@ import secrets
 import pytest
 
 from tests.chart.support import render
-from tests.operator.conftest import JOBS, JOBSETS, Cluster, start_operator
+from tests.operator.conftest import JOBS, JOBSETS, Cluster, create_trainer_pod, start_operator
 from tests.support.apiserver import wait_for
 
 pytestmark = pytest.mark.integration
@@ -62,6 +62,16 @@ def _drive_every_path(c: Cluster) -> None:
         "type": "Completed", "status": "True", "reason": "AllJobsCompleted",
         "message": "done", "lastTransitionTime": "2026-11-21T00:00:00Z"}])
     c.wait_phase(done, "Succeeded")
+
+    # Progress from process 0's log (a trainer of one's own): read through pods/log.
+    own = "own-" + secrets.token_hex(2)
+    c.create_job(own, trainer={"command": ["python3", "train.py"],
+                               "progress": {"source": "log", "format": "maxtext"}})
+    c.wait_phase(own, "Starting")
+    create_trainer_pod(c, own, 0, 9431, phase="Running", podIP="127.0.0.1")
+    c.set_jobset_status(own, replicatedJobsStatus=RUNNING)
+    wait_for(lambda: [r for r in c.server.requests() if r.resource == "pods/log"
+                      and r.name == f"{own}-slice-0-0-x"], message="a pods/log read")
 
     # Refused.
     bad = "bad-" + secrets.token_hex(2)
