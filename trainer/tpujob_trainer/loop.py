@@ -91,6 +91,15 @@ class _Timer:
                 "mfu": tflops / self.peak_tflops if self.peak_tflops else None}
 
 
+def non_finite_loss(metrics: dict[str, float], step: int) -> TrainerExit | None:
+    """The NaNLoss exit for a step whose loss is NaN or infinite (either ends the run: a
+    checkpoint of it would be useless), else None."""
+    if math.isfinite(metrics["loss"]):
+        return None
+    return TrainerExit(Reason.NAN_LOSS, f"loss is {metrics['loss']} at step {step} "
+                       f"(grad norm {metrics['grad_norm']}, lr {metrics['lr']:.3g})")
+
+
 def _classify(e: BaseException) -> Reason | None:
     text = f"{type(e).__name__}: {e}"
     if "RESOURCE_EXHAUSTED" in text or "Out of memory" in text or "out of memory" in text:
@@ -266,9 +275,9 @@ def _run_steps(cfg, compiled, state, step, data, checkpointer, stop, log, progre
         losses.append(m["loss"])
         fig = timer.figures(time.perf_counter())
         timeline.step_done(pending_step, fig["step_time_s"])
-        if not math.isfinite(m["loss"]):
-            raise TrainerExit(Reason.NAN_LOSS, f"loss is {m['loss']} at step {pending_step} "
-                              f"(grad norm {m['grad_norm']}, lr {m['lr']:.3g})")
+        failed = non_finite_loss(m, pending_step)
+        if failed is not None:
+            raise failed
         row = {"step": pending_step, "loss": m["loss"], "grad_norm": m["grad_norm"], "lr": m["lr"],
                **fig}
         if cfg.model.moe.num_experts:
