@@ -42,8 +42,11 @@ PLAN_TESTS = ["tests/plan/test_slice_plan.py", "tests/plan/test_catalog.py",
               "tests/plan/test_memory_and_flops.py", "tests/plan/test_mesh.py",
               "tests/plan/test_layers.py"]
 BUILDER_TESTS = ["tests/builders/test_builder_pins.py", "tests/builders/test_jobset.py",
-                 "tests/builders/test_fingerprint.py", "tests/builders/test_validation.py"]
+                 "tests/builders/test_fingerprint.py", "tests/builders/test_validation.py",
+                 "tests/builders/test_wiring.py", "tests/builders/test_restart_strategy.py"]
 VALIDATION_TESTS = ["tests/builders/test_validation_pins.py", "tests/builders/test_validation.py",
+                    "tests/builders/test_foreign_preflight.py",
+                    "tests/builders/test_config_error_field_unit.py",
                     "tests/controller/test_admission.py", "tests/hostile/test_hostile_jobs.py"]
 # Module -> the tests that cover it (pytest arguments, relative to the repository root).
 MODULES: dict[str, list[str]] = {
