@@ -11,6 +11,7 @@ import pytest
 from tpujob.api.resource import load_job
 from tpujob.builders.jobset import build_jobset
 from tpujob.validation import validate_job
+from tpujob_plan.memory import estimate_memory
 from tpujob_plan.slice_plan import plan_slice
 
 pytestmark = pytest.mark.unit
@@ -136,3 +137,52 @@ def test_an_out_of_memory_refusal_suggests_full_remat_only_when_not_already_full
     assert verdict.reason == "OutOfMemory"
     assert verdict.message.endswith("a smaller batch or model.remat=full" if hint
                                     else "a smaller batch"), verdict.message
+
+
+@pytest.mark.parametrize("param_dtype, dtype, param_bytes, compute_bytes", [
+    ("float32", "bfloat16", 4, 2),
+    ("float32", "float32", 4, 4),
+    ("bfloat16", "bfloat16", 2, 2),
+    ("bfloat16", "float32", 2, 4),
+])
+def test_the_memory_check_counts_the_bytes_of_the_configured_dtypes(
+        param_dtype, dtype, param_bytes, compute_bytes):
+    # The refusal's figure is the plan's estimate for exactly the dtypes the config names.
+    from tpujob_trainer.config import TrainerConfig
+
+    config = {"model": LLAMA_70B["model"] | {"param_dtype": param_dtype, "dtype": dtype,
+                                             "remat": "none"},
+              "train": LLAMA_70B["train"]}
+    verdict = validate_job(_job("v6e-4", config))
+    assert verdict.reason == "OutOfMemory"
+    needs = float(re.search(r"needs about ([0-9.]+) GiB per device", verdict.message)[1])
+    cfg = TrainerConfig.from_dict(config)
+    expected = estimate_memory(
+        cfg.model.to_shape(), global_batch=8, seq_len=8192, mesh=verdict.mesh.axes,
+        remat="none", param_bytes=param_bytes, compute_bytes=compute_bytes,
+        hbm_bytes=plan_slice("v6e-4").hbm_bytes_per_device)
+    assert needs == pytest.approx(expected.per_device_bytes / 2**30, abs=0.05)
+
+
+def test_a_refused_maxtext_mesh_quotes_the_settings_it_read():
+    job = _job("tpu7x-64", {})
+    job["spec"]["trainer"] = {"command": ["python3", "-m", "maxtext.trainers.pre_train.train"],
+                              "args": ["base.yml", "ici_fsdp_parallelism=8", "steps=5",
+                                       "ici_tensor_parallelism=4", "ici_context_parallelism=2"]}
+    verdict = validate_job(job)
+    assert verdict.reason == "InvalidMesh"
+    assert verdict.message.startswith(
+        "spec.trainer.args: MaxText's ici_fsdp_parallelism=8 ici_tensor_parallelism=4 "
+        "ici_context_parallelism=2: ici context=2 cannot be placed"), verdict.message
+
+
+@pytest.mark.parametrize("length, says", [
+    (63, "too long for this slice: pod host names like"),  # a DNS label, but no room left
+    (64, "is not a valid name"),                            # not a DNS label at all
+])
+def test_a_name_at_the_dns_label_limit_is_refused_for_its_host_names_not_as_a_label(length, says):
+    job = _job("v6e-16", {})
+    job["metadata"]["name"] = "a" * length
+    verdict = validate_job(job)
+    assert (verdict.valid, verdict.field) == (False, "metadata.name")
+    assert says in verdict.message, verdict.message
