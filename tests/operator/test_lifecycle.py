@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from tests.operator.conftest import JOBS, JOBSETS, create_trainer_pod, name
+from tests.operator.conftest import JOBS, JOBSETS, create_trainer_pod, name, start_operator
 from tests.support.apiserver import wait_for
 from tpujob.api.resource import load_job
 from tpujob.builders.jobset import build_jobset
@@ -144,6 +144,27 @@ def test_progress_from_the_log_asks_pods_log_and_a_missing_log_is_no_error(clust
                      message="a pods/log request")
     assert asked[0].rule == ("", "pods/log", "get")
     assert cluster.phase(n) == "Running" and not cluster.job(n)["status"].get("progress")
+
+
+def test_progress_from_the_log_finds_process_zero_once_per_attempt(fresh):
+    """Each look reads the log again, but the pods are listed once per JobSet attempt (no log
+    line yet is not a lost pod)."""
+    operator = start_operator(fresh)
+    try:
+        n = name()
+        fresh.create_job(n, trainer={"command": ["python3", "train.py"],
+                                     "progress": {"source": "log", "format": "maxtext"}})
+        fresh.wait_phase(n, "Starting")
+        create_trainer_pod(fresh, n, 0, 9431, phase="Running", podIP="127.0.0.1")
+        fresh.set_jobset_status(n, replicatedJobsStatus=[{"name": "slice", "ready": 1,
+                                                          "succeeded": 0, "failed": 0,
+                                                          "active": 1, "suspended": 0}])
+        wait_for(lambda: len([r for r in fresh.server.requests()
+                              if r.resource == "pods/log"]) >= 3, message="three log reads")
+        assert len([r for r in fresh.server.requests()
+                    if r.verb == "list" and r.resource == "pods"]) == 1
+    finally:
+        operator.stop()
 
 
 def test_restart_after_a_retryable_failure_is_counted_with_an_event(cluster, operator):

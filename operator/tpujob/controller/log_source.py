@@ -1,7 +1,7 @@
 """Progress read from JAX process 0's container log, for a job whose
-`spec.trainer.progress.source` is `log`: find process 0's pod and container, read the end of its
-log through the pods/log API (a few hundred lines, the last few minutes), and take the newest
-progress line (`tpujob.log_progress`). A line that cannot be read is reported, never raised: the
+`spec.trainer.progress.source` is `log`: process 0's pod and container (found once per JobSet
+attempt by the reconciler), the end of its log through the pods/log API (a few hundred lines,
+the last few minutes), and the newest progress line in it (`tpujob.log_progress`). A line that cannot be read is reported, never raised: the
 job gets a condition and the operator keeps looking."""
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ ReadLog = Callable[[str, str, str, int, int], str | None]
 
 @dataclass(frozen=True)
 class LogReading:
-    """What one look at process 0's log found: a reading, or a problem, or neither."""
+    """What one look at process 0's log found: a reading, or a problem, or neither; `missing`
+    when there was no log to read (the pod may be gone: look it up again)."""
 
     progress: ProgressReading | None = None
     problem: str | None = None
+    missing: bool = False
 
 
 def find_process_zero_container(pods: list[dict[str, Any]]) -> tuple[str, str] | None:
@@ -42,13 +44,13 @@ def find_process_zero_container(pods: list[dict[str, Any]]) -> tuple[str, str] |
     return None
 
 
-def read_log_progress(read_log: ReadLog, namespace: str, pods: list[dict[str, Any]],
+def read_log_progress(read_log: ReadLog, namespace: str, target: tuple[str, str],
                       progress: ProgressSpec) -> LogReading:
-    """One look at process 0's log. Never raises for what the log holds."""
-    target = find_process_zero_container(pods)
-    if target is None:
-        return LogReading()
+    """One look at the log of process 0's (pod, container). Never raises for what the log
+    holds."""
     text = read_log(namespace, *target, TAIL_LINES, SINCE_SECONDS)
+    if text is None:
+        return LogReading(missing=True)
     if not text:
         return LogReading()
     fmt = progress.format.value

@@ -13,14 +13,18 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tpujob.api.spec import ProgressSource
+from tpujob.api.spec import ProgressSource, ProgressSpec
 from tpujob.api.status import FailureReason, Phase, TpuTrainingJobStatus
 from tpujob.builders.fingerprint import FINGERPRINT_ANNOTATION, changed_fields
 from tpujob.builders.jobset import build_children
 from tpujob.controller.decide import Action, Decision, Observation, decide
 from tpujob.controller.events import PostEvent
 from tpujob.controller.kube import ApiRefused, ApiUnavailable, KubeApi
-from tpujob.controller.log_source import ReadLog, read_log_progress
+from tpujob.controller.log_source import (
+    ReadLog,
+    find_process_zero_container,
+    read_log_progress,
+)
 from tpujob.controller.metrics import OperatorMetrics
 from tpujob.controller.observe import (
     JobSetState,
@@ -87,7 +91,8 @@ class Reconciler:
         # uid -> (generation, verdict): a spec is validated once, not on every progress look.
         self._verdicts: dict[str, tuple[int, Verdict]] = {}
         # (namespace, JobSet uid, JobSet restarts) -> process 0's (IP, port)
-        self._process_zero: dict[tuple[str, str, int], tuple[str, int]] = {}
+        # (namespace, JobSet uid, restarts) -> (IP, port) or (pod, container) of process 0
+        self._process_zero: dict[tuple[str, str, int], tuple] = {}
 
     # -- observing ---------------------------------------------------------------------------
     def _blocked_by_policy(self, verdict: Verdict) -> tuple[FailureReason, str] | None:
@@ -105,21 +110,42 @@ class Reconciler:
         self._ensured_policies.add(plan.workload_policy)
         return None
 
-    def _progress(self, ns: str, name: str, js: JobSetState) -> ProgressReading | None:
+    def _process_zero_at(self, ns: str, name: str, js: JobSetState,
+                         find: Callable[[list[dict[str, Any]]], tuple | None]) -> tuple | None:
+        """Where process 0 is, as `find` reads it from the job's pods: listed once per JobSet
+        attempt, not on every look (`_forget_process_zero` asks for a new look)."""
         key = (ns, js.uid or "", js.restarts)
-        address = self._process_zero.get(key)
-        if address is None:
-            address = find_process_zero(self.kube.list_pods(ns, name))
-            if address is None:
+        found = self._process_zero.get(key)
+        if found is None:
+            found = find(self.kube.list_pods(ns, name))
+            if found is None:
                 return None
             self._process_zero = {k: v for k, v in self._process_zero.items()
                                   if k[:2] != key[:2]}
-            self._process_zero[key] = address
-        reading = self.read_progress(*address)
+            self._process_zero[key] = found
+        return found
+
+    def _forget_process_zero(self, ns: str, js: JobSetState) -> None:
+        self._process_zero.pop((ns, js.uid or "", js.restarts), None)
+
+    def _progress(self, ns: str, name: str, js: JobSetState,
+                  source: ProgressSpec | None) -> tuple[ProgressReading | None, str | None]:
+        """One look at process 0's progress, from its endpoint or its log: (reading, problem)."""
+        from_log = source is not None and source.source == ProgressSource.LOG
+        where = self._process_zero_at(
+            ns, name, js, find_process_zero_container if from_log else find_process_zero)
+        if where is None:
+            return None, None
+        if from_log:
+            found = read_log_progress(self.read_log, ns, where, source)
+            reading, problem, lost = found.progress, found.problem, found.missing
+        else:
+            reading = self.read_progress(*where)
+            problem, lost = None, reading is None
         self.metrics.progress_reads.labels("ok" if reading else "none").inc()
-        if reading is None:
-            self._process_zero.pop(key, None)  # look the pod up again next time
-        return reading
+        if lost:
+            self._forget_process_zero(ns, js)  # look the pod up again next time
+        return reading, problem
 
     def _validate(self, job: dict[str, Any]) -> Verdict:
         meta = job.get("metadata") or {}
@@ -168,13 +194,7 @@ class Reconciler:
         if js.exists and js.all_ready and not js.suspended and not js.failed \
                 and not js.completed:
             source = verdict.job.spec.trainer.progress if verdict.valid else None
-            if source is not None and source.source == ProgressSource.LOG:
-                found = read_log_progress(self.read_log, ns, self.kube.list_pods(ns, name),
-                                          source)
-                progress, problem = found.progress, found.problem
-                self.metrics.progress_reads.labels("ok" if progress else "none").inc()
-            else:
-                progress = self._progress(ns, name, js)
+            progress, problem = self._progress(ns, name, js, source)
         return Observation(now=self.clock(), generation=int(meta.get("generation", 0)),
                            verdict=verdict, jobset=js, spec_matches=spec_matches,
                            changed_fields=changed, failure=failure, progress=progress,
