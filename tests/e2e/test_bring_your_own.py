@@ -134,10 +134,14 @@ def test_maxtext_trains_restarts_after_a_kill_and_resumes_its_checkpoints(local,
     first, second = logs
     before, after = maxtext_steps(first), maxtext_steps(second)
     # The second run resumed from one of its own checkpoints, not from step 0, and finished.
+    # MaxText writes a step's metrics line one step late, and a killed process loses what it
+    # had not flushed, so the first log can end a few steps short of the checkpoint it saved
+    # (seen: log at step 18, checkpoint 20 resumed as step 21); never a whole period short.
     saved = sorted(int(p.name) for p in checkpoints.glob("*") if p.name.isdigit())
-    assert before and after and after[0] - 1 in saved and after[0] <= max(before) + 1, \
-        (before, after, saved)
-    assert after[0] - 1 >= MAXTEXT_TINY["checkpoint_period"]
+    period = MAXTEXT_TINY["checkpoint_period"]
+    assert before and after and after[0] - 1 in saved, (before, after, saved)
+    assert after[0] - 1 < max(before) + period, (before, after, saved)
+    assert after[0] - 1 >= period
     assert after[-1] == MAXTEXT_TINY["steps"] - 1
     # MaxText's own step lines reached the job's status through process 0's log (what
     # `kubectl get tpujobs` shows in its Step, Loss and Tok/s/dev columns).
