@@ -139,7 +139,8 @@ def _shared_attempt(timeline: Timeline) -> None:
 
 def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
            timeline: Timeline) -> Outcome:
-    from tpujob_trainer.checkpoint import Checkpointer, restore_params
+    from tpujob_trainer.checkpoint import restore_params
+    from tpujob_trainer.checkpoint.tiered import TieredCheckpointer
     from tpujob_trainer.data import DataError, DataExhausted, build_data_source
 
     t_start = time.perf_counter()
@@ -204,7 +205,7 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
             except DataError as e:
                 raise TrainerExit(Reason.DATA_ERROR, str(e)) from e
             if cfg.checkpoint.enabled:
-                checkpointer = Checkpointer(cfg.checkpoint, f"{cfg.output.rstrip('/')}/checkpoints")
+                checkpointer = TieredCheckpointer(cfg.checkpoint, cfg.output)
 
             # State: resume, or start from another run's parameters, or initialize - sharded
             # from the start (jit with out_shardings; restores read into shape-only targets).
@@ -212,10 +213,13 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
             resume_step = (checkpointer.latest_step()
                            if checkpointer is not None and cfg.checkpoint.resume else None)
             timeline.charge_until_now("training_prep")
-            if resume_step is not None:
-                state, data_state, step = checkpointer.restore(fns.abstract_state)
+            restored = (checkpointer.restore(fns.abstract_state)
+                        if resume_step is not None else None)
+            if restored is not None:
+                state, data_state, step = restored
                 data.restore(data_state)
                 timeline.charge_until_now("checkpoint_restore")
+                log.emit("restore", step=step, tier=checkpointer.restored_tier)
                 memory("after_restore", step=step)
             else:
                 state = fns.init()
@@ -262,6 +266,8 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
 
 def _run_steps(cfg, compiled, state, step, data, checkpointer, stop, log, progress, memory,
                wandb_run, timeline: Timeline, timer: _Timer, *, to_global, errors) -> Outcome:
+    from tpujob_trainer.checkpoint.tiered import LOCAL, PERSISTENT
+
     DataError, DataExhausted = errors
     total = cfg.train.steps
     losses: list[float] = []
@@ -295,12 +301,14 @@ def _run_steps(cfg, compiled, state, step, data, checkpointer, stop, log, progre
     def save(at: int, force: bool) -> None:
         nonlocal last_ckpt
         t0 = time.perf_counter()
-        saved = checkpointer is not None and checkpointer.save(at, state, data.state(), force=force)
+        tier = checkpointer.save(at, state, data.state(), force=force) if checkpointer else None
         timeline.charge("checkpoint_save", time.perf_counter() - t0)
-        if saved:
+        if tier == PERSISTENT:
             last_ckpt = at
             progress.update(last_checkpoint_step=at)
             log.emit("checkpoint", step=at, blocking_s=checkpointer.last_save_blocking_s)
+        elif tier == LOCAL:
+            log.emit("local_checkpoint", step=at, blocking_s=checkpointer.last_save_blocking_s)
 
     stop.install()
     reason, message = Reason.COMPLETED, f"trained {total} steps"

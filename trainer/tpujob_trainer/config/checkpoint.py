@@ -5,6 +5,19 @@ from __future__ import annotations
 from pydantic import BaseModel, ConfigDict, Field
 
 
+class LocalCheckpointConfig(BaseModel):
+    """The node-local tier: frequent checkpoints of each process's own shards on fast storage
+    that survives the process (a node path or a RAM disk), beside the persistent ones."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    directory: str | None = Field(
+        None, description="A node-local path (e.g. an emptyDir or hostPath mount); each process "
+        "writes under `process-<index>/` in it. None: no local tier.")
+    every: int = Field(10, ge=1, description="Steps between local checkpoints.")
+    keep: int = Field(2, ge=1, description="Local checkpoints kept per process (older ones are deleted).")
+
+
 class CheckpointConfig(BaseModel):
     """Checkpoints under `<output>/checkpoints`, local or `gs://`: every N steps and at the end."""
 
@@ -28,3 +41,7 @@ class CheckpointConfig(BaseModel):
         "from when there is nothing to resume; optimizer state starts fresh.")
     init_params_step: int | None = Field(
         None, ge=0, description="Step of `init_params_from` to load; default: its newest complete one.")
+    local: LocalCheckpointConfig = Field(
+        default_factory=LocalCheckpointConfig,
+        description="Emergency checkpoints on node-local storage, restored when newer than the "
+        "persistent ones (docs/goodput.md).")

@@ -1,0 +1,230 @@
+"""The node-local checkpoint tier: each process writes only its own shards, often, to storage
+on its node (an emptyDir, a RAM disk, a hostPath), with no collective and no remote round trip.
+
+Layout of `<directory>/process-<index>/<step>/`: `shards.bin` (every distinct shard this process
+holds, back to back) and `manifest.json` (written last: the step, who wrote it, the output it
+belongs to, the persistent checkpoint it builds on, each leaf's shape and dtype and each shard's
+index, device, offset, length and CRC-32, and this process's data position). A step is written
+into a hidden temporary folder and renamed into place, so a folder named by a step is complete
+unless its bytes were damaged since, which the CRCs catch on load.
+
+The tier is useful only to a process that comes back on the same node with the same devices
+(a container restart, a pod recreated on its node): a pod on another node finds nothing, or
+finds another process's folder, and `load()` refuses anything that does not match exactly. The
+caller (`tiered.py`) makes every process agree before any of them uses the tier.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import threading
+import time
+import zlib
+from pathlib import Path
+from typing import Any
+
+import jax
+import numpy as np
+
+from tpujob_trainer.config.checkpoint import LocalCheckpointConfig
+
+log = logging.getLogger(__name__)
+
+FORMAT = 1
+MANIFEST, SHARDS = "manifest.json", "shards.bin"
+
+
+class LocalTierError(Exception):
+    """A local checkpoint that cannot be used here (missing, damaged, or not this process's)."""
+
+
+def _index(index: tuple[slice, ...], shape: tuple[int, ...]) -> list[list[int]]:
+    return [list(s.indices(n)[:2]) for s, n in zip(index, shape, strict=True)]
+
+
+def _leaves(tree) -> list[tuple[str, Any]]:
+    return [(jax.tree_util.keystr(p), leaf)
+            for p, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
+
+
+class LocalTier:
+    """Saves and loads this process's shards of (train state, data position) under
+    `<cfg.directory>/process-<process_index>`. Not collective: every method is local."""
+
+    def __init__(self, cfg: LocalCheckpointConfig, *, output: str, process_index: int,
+                 process_count: int):
+        if cfg.directory is None:
+            raise ValueError("checkpoint.local.directory is not set")
+        self.cfg, self.output = cfg, output.rstrip("/")
+        self.process_index, self.process_count = process_index, process_count
+        self.root = Path(cfg.directory) / f"process-{process_index}"
+        self._writer: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self.last_save_blocking_s: float | None = None
+
+    def should_save(self, step: int) -> bool:
+        return step > 0 and step % self.cfg.every == 0
+
+    # -- writing ---------------------------------------------------------------------------
+
+    def save(self, step: int, state, data_state: dict, *, base_step: int | None) -> None:
+        """Copy this process's shards off the devices (blocking), then write them in the
+        background. `base_step`: the newest persistent checkpoint started so far (None if none);
+        a restore refuses this local one if the persistent tier has gone back behind it."""
+        t0 = time.perf_counter()
+        self.wait()
+        leaves, chunks = [], []
+        offset = 0
+        for path, leaf in _leaves(state):
+            shape = tuple(leaf.shape)
+            shards, seen = [], {}
+            for shard in leaf.addressable_shards:
+                index = _index(shard.index, shape)
+                key = json.dumps(index)
+                if key not in seen:
+                    host = np.array(shard.data, order="C")  # (ascontiguousarray makes 0-d 1-d)
+                    raw = host.reshape(-1).view(np.uint8)  # bytes of any dtype (bfloat16 too)
+                    seen[key] = {"index": index, "offset": offset, "nbytes": raw.nbytes,
+                                 "crc32": zlib.crc32(raw), "shape": list(host.shape)}
+                    chunks.append(raw)
+                    offset += raw.nbytes
+                shards.append({**seen[key], "device": shard.device.id})
+            leaves.append({"path": path, "shape": list(shape), "dtype": str(leaf.dtype),
+                           "shards": shards})
+        manifest = {"format": FORMAT, "step": step, "process_index": self.process_index,
+                    "process_count": self.process_count, "output": self.output,
+                    "base_step": base_step, "leaves": leaves,
+                    "data": json.loads(json.dumps(data_state)), "written_at": time.time()}
+        self._writer = threading.Thread(target=self._write, args=(step, manifest, chunks),
+                                        name=f"tpujob-local-checkpoint-{step}", daemon=True)
+        self._writer.start()
+        self.last_save_blocking_s = time.perf_counter() - t0
+
+    def _write(self, step: int, manifest: dict, chunks: list[np.ndarray]) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            # Anything newer than this step comes from a timeline that was abandoned (a restore
+            # from an older checkpoint), and a leftover temporary folder from a killed write.
+            for name, s in self._entries():
+                if s is None or s >= step:
+                    shutil.rmtree(self.root / name, ignore_errors=True)
+            tmp = self.root / f".{step}.tmp"
+            tmp.mkdir()
+            with open(tmp / SHARDS, "wb") as f:
+                for chunk in chunks:
+                    f.write(chunk.data)
+                f.flush()
+                os.fsync(f.fileno())
+            (tmp / MANIFEST).write_text(json.dumps(manifest))
+            os.rename(tmp, self.root / str(step))
+            for s in self.steps()[:-self.cfg.keep]:
+                shutil.rmtree(self.root / str(s), ignore_errors=True)
+        except BaseException as e:  # reported by wait()/check(); the tier is best effort
+            self._error = e
+
+    def wait(self) -> None:
+        """Until the background write (if any) is done; a failed write is logged, not raised:
+        the persistent tier still holds the run."""
+        if self._writer is not None:
+            self._writer.join()
+            self._writer = None
+        if self._error is not None:
+            log.warning("local checkpoint write failed in %s: %s", self.root, self._error)
+            self._error = None
+
+    # -- reading ---------------------------------------------------------------------------
+
+    def _entries(self) -> list[tuple[str, int | None]]:
+        if not self.root.is_dir():
+            return []
+        return [(p.name, int(p.name) if p.name.isdigit() else None) for p in self.root.iterdir()]
+
+    def steps(self) -> list[int]:
+        """Steps of the folders in place (renamed into place = written whole), oldest first."""
+        return sorted(s for _, s in self._entries() if s is not None)
+
+    def usable_steps(self, persistent_latest: int | None) -> list[int]:
+        """Steps whose manifest is this process's, of this output, newer than `persistent_latest`
+        and built on a persistent checkpoint that still exists; oldest first."""
+        usable = []
+        for step in self.steps():
+            why = self.why_unusable(step, persistent_latest)
+            if why is None:
+                usable.append(step)
+            else:
+                log.info("local checkpoint %s/%d not used: %s", self.root, step, why)
+        return usable
+
+    def why_unusable(self, step: int, persistent_latest: int | None) -> str | None:
+        try:
+            m = self._manifest(step)
+        except LocalTierError as e:
+            return str(e)
+        expected = {"format": FORMAT, "step": step, "process_index": self.process_index,
+                    "process_count": self.process_count, "output": self.output}
+        wrong = [f"{k}={m.get(k)!r} (expected {v!r})" for k, v in expected.items()
+                 if m.get(k) != v]
+        if wrong:
+            return "written by another run or process: " + ", ".join(wrong)
+        if persistent_latest is not None and step <= persistent_latest:
+            return f"not newer than the persistent checkpoint {persistent_latest}"
+        base = m.get("base_step")
+        if base is not None and (persistent_latest is None or persistent_latest < base):
+            return (f"it builds on persistent checkpoint {base}, which the output no longer has "
+                    f"(newest there: {persistent_latest})")
+        return None
+
+    def _manifest(self, step: int) -> dict:
+        try:
+            return json.loads((self.root / str(step) / MANIFEST).read_text())
+        except (OSError, ValueError) as e:
+            raise LocalTierError(f"manifest unreadable ({e})") from e
+
+    def load(self, step: int, abstract_state) -> tuple[Any, dict]:
+        """(state, data position) of local checkpoint `step`, built on the devices the abstract
+        state's shardings name; raises LocalTierError on any mismatch or damaged byte."""
+        m = self._manifest(step)
+        saved = m.get("leaves") or []
+        targets = _leaves(abstract_state)
+        if [leaf["path"] for leaf in saved] != [p for p, _ in targets]:
+            raise LocalTierError("the state's structure differs from the saved one")
+        try:
+            blob = np.memmap(self.root / str(step) / SHARDS, dtype=np.uint8, mode="r")
+        except (OSError, ValueError) as e:
+            raise LocalTierError(f"{SHARDS} unreadable ({e})") from e
+        arrays = []
+        for entry, (path, target) in zip(saved, targets, strict=True):
+            shape = tuple(target.shape)
+            if tuple(entry["shape"]) != shape or entry["dtype"] != str(target.dtype):
+                raise LocalTierError(f"{path}: saved {entry['shape']} {entry['dtype']}, "
+                                     f"expected {list(shape)} {target.dtype}")
+            by_device = {s["device"]: s for s in entry["shards"]}
+            pieces = []
+            for device, index in target.sharding.addressable_devices_indices_map(shape).items():
+                shard = by_device.get(device.id)
+                if shard is None or shard["index"] != _index(index, shape):
+                    raise LocalTierError(f"{path}: no saved shard for device {device.id} at "
+                                         f"{_index(index, shape)} (another layout or node)")
+                raw = blob[shard["offset"]:shard["offset"] + shard["nbytes"]]
+                if raw.size != shard["nbytes"] or zlib.crc32(raw) != shard["crc32"]:
+                    raise LocalTierError(f"{path}: shard for device {device.id} is damaged "
+                                         "(CRC-32 mismatch or truncated)")
+                host = np.frombuffer(raw.tobytes(), target.dtype).reshape(tuple(shard["shape"]))
+                pieces.append(jax.device_put(host, device))
+            arrays.append(jax.make_array_from_single_device_arrays(shape, target.sharding, pieces))
+        treedef = jax.tree_util.tree_structure(abstract_state)
+        return jax.tree_util.tree_unflatten(treedef, arrays), dict(m.get("data") or {})
+
+    def discard_after(self, step: int) -> None:
+        """Remove this process's local checkpoints newer than `step` (the run goes on from
+        `step`, so they belong to a timeline it left) and any leftover temporary folder."""
+        self.wait()
+        for name, s in self._entries():
+            if s is None or s > step:
+                shutil.rmtree(self.root / name, ignore_errors=True)
+
+    def close(self) -> None:
+        self.wait()
