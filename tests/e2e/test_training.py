@@ -118,3 +118,44 @@ def test_a_killed_host_is_restarted_and_resumes_from_its_checkpoint(local, refer
     assert goodput["lostSteps"] == max(before) - resume_from, goodput
     assert goodput["badput"]["wastedProgressFromDisruption"] > 0
     assert goodput["badput"]["unproductiveCheckpointRestoreTime"] > 0
+
+
+def test_with_local_checkpoints_a_killed_host_resumes_from_the_newest_local_step(
+        local, reference, gcs_env, tmp_path):
+    name = unique("localckpt")
+    output = f"gs://tpujob-e2e/{name}"
+    every_local = 5
+    spec = trainer_job(output, max_restarts=2)
+    # No persistent checkpoint before the end: only the node-local tier can keep the progress.
+    spec["trainer"] = {"config": {**TINY, "checkpoint": {"every": 1000, "keep": 2}}}
+    spec["localCheckpoints"] = {"everySteps": every_local, "medium": "Node",
+                                "hostPath": str(tmp_path / "node")}
+    local.apply(name, spec)
+    tiers = [tmp_path / "node" / local.namespace / name / f"process-{i}" for i in (0, 1)]
+
+    def common() -> list[int]:
+        have = [{int(p.name) for p in t.glob("*") if p.name.isdigit()} if t.is_dir() else set()
+                for t in tiers]
+        return sorted(have[0] & have[1])
+
+    wait_for(lambda: [s for s in common() if s >= 2 * every_local], timeout=120, interval=0.1,
+             message="a local checkpoint on both hosts")
+    [host1] = [p for p in local.processes(name) if "-slice-0-1-" in p["pod"]]
+    os.kill(host1["pid"], signal.SIGKILL)
+    assert common()[-1] < TOTAL, "the run finished before it could be killed"
+
+    job = local.wait_phase(name, "Succeeded", "Failed", timeout=150)
+    status = job["status"]
+    assert status["phase"] == "Succeeded", status
+    assert status["restarts"] == 1
+    # The pods were recreated (Recreate) on the same "node": the hostPath folder outlived them.
+    first, second = local.logs(name)
+    before, after = steps(first), steps(second)
+    [restore] = [e for e in json_lines(second) if e["event"] == "restore"]
+    assert restore["tier"] == "local" and restore["step"] % every_local == 0
+    assert 2 * every_local <= restore["step"] <= max(before)
+    assert sorted(after) == list(range(restore["step"] + 1, TOTAL + 1))
+    assert after == {s: reference["losses"][s] for s in after}
+    # Lost steps: what host 0 did past the local checkpoint it came back to, counted exactly.
+    goodput = status["goodput"]
+    assert goodput["lostSteps"] == max(before) - restore["step"], goodput

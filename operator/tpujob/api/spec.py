@@ -486,6 +486,38 @@ class RestartPolicy(ApiModel):
                     "failed.")
 
 
+class LocalCheckpointMedium(StrEnum):
+    """Where the node-local checkpoint tier lives (docs/goodput.md#emergency-checkpoints)."""
+
+    NODE = "Node"
+    DISK = "Disk"
+    MEMORY = "Memory"
+
+
+class LocalCheckpoints(ApiModel):
+    """Frequent checkpoints of each process's own shards on its node, beside the persistent
+    ones in spec.output; a restart resumes from the newest checkpoint of either tier."""
+
+    every_steps: int = Field(..., ge=1, le=1_000_000,
+                             description="Steps between local checkpoints (the built-in "
+                                         "trainer's checkpoint.local.every).")
+    keep: int = Field(2, ge=1, le=16, description="Local checkpoints kept per process.")
+    medium: LocalCheckpointMedium = Field(
+        LocalCheckpointMedium.NODE,
+        description="Node: a hostPath folder per job on the node, which outlives the pod, so "
+                    "a pod recreated on its node (Recreate) finds it. Disk or Memory: an "
+                    "emptyDir (Memory: a RAM disk counted against the container's memory) "
+                    "that outlives only container restarts (InPlaceRestart). A pod that lands "
+                    "on another node finds no local tier and every process resumes from the "
+                    "persistent one.")
+    host_path: str = Field(
+        "/var/lib/tpujob/local-checkpoints", pattern=r"^/[^\s]*[^/\s]$",
+        description="Node folder for medium Node; the job's checkpoints go under "
+                    "<hostPath>/<namespace>/<job>.")
+    size_limit: Quantity | None = Field(
+        None, description="sizeLimit of the emptyDir for medium Disk or Memory.")
+
+
 _WANDB_KEY_SET = (f"the operator sets {WANDB_KEY_ENV} from wandb.apiKeySecret; remove it "
                   "from env, or remove wandb.apiKeySecret to pass the key yourself")
 
@@ -561,6 +593,8 @@ class TpuTrainingJobSpec(ApiModel):
                                    description="Kueue queue and priority class.")
     restart_policy: RestartPolicy = Field(default_factory=RestartPolicy,
                                           description="Restarts after retryable failures.")
+    local_checkpoints: LocalCheckpoints | None = Field(
+        None, description="Emergency checkpoints on node-local storage; default: off.")
     stall_timeout_seconds: int = Field(
         1800, ge=0,
         description="A run that completes no training step for this long is stalled "

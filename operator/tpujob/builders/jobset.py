@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpujob.api.spec import RestartStrategy, TpuTrainingJobSpec
+from tpujob.api.spec import LocalCheckpointMedium, RestartStrategy, TpuTrainingJobSpec
 from tpujob.builders import names
 from tpujob.builders.fingerprint import FINGERPRINT_ANNOTATION, encode_fingerprint
 from tpujob.builders.trainer_config import build_config_map
@@ -19,6 +19,7 @@ FATAL_RULE = "fatal-exit"
 RETRY_RULE = "retry-slice"
 SHM_VOLUME = "dshm"
 CONFIG_VOLUME = "config"
+LOCAL_CHECKPOINT_VOLUME = "local-checkpoints"
 TERMINATION_GRACE_SECONDS = 120  # time to finish an async checkpoint after SIGTERM
 
 
@@ -102,7 +103,10 @@ def _container(spec: TpuTrainingJobSpec, plan: SlicePlan, jobset_name: str, name
         "requests": {**spec.resources.requests, **plan.container_resources["requests"]},
         "limits": {**spec.resources.limits, **plan.container_resources["limits"]},
     }
-    env = merge_env(build_process_env(jobset_name, plan, index), [e.to_dict() for e in spec.env])
+    base = build_process_env(jobset_name, plan, index)
+    if spec.local_checkpoints is not None:
+        base.append({"name": names.LOCAL_CHECKPOINT_ENV, "value": names.LOCAL_CHECKPOINT_MOUNT})
+    env = merge_env(base, [e.to_dict() for e in spec.env])
     if spec.wandb is not None and spec.wandb.api_key_secret is not None:
         ref = spec.wandb.api_key_secret
         env.append({"name": "WANDB_API_KEY", "valueFrom": {
@@ -123,15 +127,40 @@ def _container(spec: TpuTrainingJobSpec, plan: SlicePlan, jobset_name: str, name
             container["args"] = list(spec.trainer.args)
     else:
         container["command"] = ["tpujob-train"]
-        container["args"] = ["--config", f"{names.CONFIG_MOUNT}/{names.CONFIG_FILE}",
+        # The local tier's path goes on the command line, not in the config file: a path in
+        # args is one the runtime maps (local mode does), a path inside a file is not.
+        local = ([f"checkpoint.local.directory={names.LOCAL_CHECKPOINT_MOUNT}"]
+                 if spec.local_checkpoints is not None else [])
+        container["args"] = ["--config", f"{names.CONFIG_MOUNT}/{names.CONFIG_FILE}", *local,
                              *spec.trainer.overrides, f"metrics.port={port}"]
         container["volumeMounts"].append({"name": CONFIG_VOLUME, "mountPath": names.CONFIG_MOUNT,
                                           "readOnly": True})
+    if spec.local_checkpoints is not None:
+        container["volumeMounts"].append({"name": LOCAL_CHECKPOINT_VOLUME,
+                                          "mountPath": names.LOCAL_CHECKPOINT_MOUNT})
     return container
 
 
+def build_local_checkpoint_volume(namespace: str, job_name: str, spec: TpuTrainingJobSpec
+                                  ) -> dict[str, Any] | None:
+    """The node-local checkpoint tier's volume: a hostPath folder per job (outlives the pod on
+    its node) or an emptyDir (outlives container restarts only); None when it is off."""
+    local = spec.local_checkpoints
+    if local is None:
+        return None
+    if local.medium == LocalCheckpointMedium.NODE:
+        return {"name": LOCAL_CHECKPOINT_VOLUME, "hostPath": {
+            "path": f"{local.host_path}/{namespace}/{job_name}", "type": "DirectoryOrCreate"}}
+    empty_dir: dict[str, Any] = {}
+    if local.medium == LocalCheckpointMedium.MEMORY:
+        empty_dir["medium"] = "Memory"
+    if local.size_limit is not None:
+        empty_dir["sizeLimit"] = local.size_limit
+    return {"name": LOCAL_CHECKPOINT_VOLUME, "emptyDir": empty_dir}
+
+
 def build_pod_spec(job_name: str, spec: TpuTrainingJobSpec, plan: SlicePlan,
-                   jobset_name: str) -> dict[str, Any]:
+                   jobset_name: str, namespace: str = "default") -> dict[str, Any]:
     containers = names.container_names(plan.containers_per_host)
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -147,6 +176,9 @@ def build_pod_spec(job_name: str, spec: TpuTrainingJobSpec, plan: SlicePlan,
     if not spec.is_custom_trainer:
         pod["volumes"].append({"name": CONFIG_VOLUME,
                                "configMap": {"name": config_map_name(job_name)}})
+    local = build_local_checkpoint_volume(namespace, job_name, spec)
+    if local is not None:
+        pod["volumes"].append(local)
     if spec.scheduling.priority_class_name:
         pod["priorityClassName"] = spec.scheduling.priority_class_name
     return pod
@@ -172,7 +204,7 @@ def build_jobset(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: SlicePlan
             "podFailurePolicy": build_pod_failure_policy(spec, containers),
             "template": {
                 "metadata": {"labels": dict(child["labels"])},
-                "spec": build_pod_spec(name, spec, plan, name),
+                "spec": build_pod_spec(name, spec, plan, name, meta["namespace"]),
             },
         },
     }

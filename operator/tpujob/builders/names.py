@@ -20,6 +20,8 @@ NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 CONFIG_MOUNT = "/etc/tpujob"
 CONFIG_FILE = "trainer.yaml"
+LOCAL_CHECKPOINT_MOUNT = "/tpujob/local-checkpoints"  # spec.localCheckpoints, in every container
+LOCAL_CHECKPOINT_ENV = "TPUJOB_LOCAL_CHECKPOINT_DIR"  # its path, for any trainer
 
 
 def container_names(containers_per_host: int) -> list[str]:

@@ -27,6 +27,11 @@ def build_trainer_config(spec: TpuTrainingJobSpec) -> dict[str, Any]:
         for key in ("path", "tokenizer"):
             if getattr(spec.data, key) is not None:
                 data[key] = getattr(spec.data, key)
+    if spec.local_checkpoints is not None:
+        # Its directory is set on the command line (builders/jobset.py).
+        local = config.setdefault("checkpoint", {}).setdefault("local", {})
+        local.update({"every": spec.local_checkpoints.every_steps,
+                      "keep": spec.local_checkpoints.keep})
     if spec.wandb is not None:
         w = spec.wandb
         wandb = config.setdefault("metrics", {}).setdefault("wandb", {})
