@@ -1,5 +1,7 @@
 """Goodput of local-mode jobs of at least `--minutes` (3) each: (a) no faults, (b) host 1
-SIGKILLed every `--kill-every` (120) seconds, (c) the same kills with the compilation cache off.
+SIGKILLed every `--kill-every` (120) seconds, with the compilation cache and node-local
+checkpoints on (`spec.localCheckpoints`, medium Node, every `--local-checkpoint-seconds` of
+training), (c) the same kills with both off.
 For each: the product's figure (`status.goodput.percent`) against one computed independently
 from the trainer processes' own logs, the lost steps both ways, and the time from each kill to
 the first new step.
@@ -40,10 +42,13 @@ from tpujob_trainer.gcs_env import set_gcs_emulator_env
 sys.path.insert(0, str(ROOT))
 from tests.e2e.conftest import json_lines  # noqa: E402
 
+# key: (label, kill host 1?, trainer config overrides, node-local checkpoints?)
 SCENARIOS = {
-    "a": ("no faults", False, []),
-    "b": ("host SIGKILLed every kill-every s", True, []),
-    "c": ("same kills, compilation cache off", True, ["compile_cache.enabled=false"]),
+    "a": ("no faults", False, [], True),
+    "b": ("host SIGKILLed every kill-every s; compile cache and local checkpoints on", True, [],
+          True),
+    "c": ("same kills, compile cache and local checkpoints off", True,
+          ["compile_cache.enabled=false"], False),
 }
 
 
@@ -76,7 +81,7 @@ def first_step_after(log: Path, since: float) -> float | None:
 
 
 def run_scenario(cluster: LocalCluster, name: str, steps: int, every: int, kill: bool,
-                 kill_every: float, extra: list[str]) -> dict[str, Any]:
+                 kill_every: float, extra: list[str], local: dict | None) -> dict[str, Any]:
     job = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
     job["metadata"]["name"] = name
     job["spec"]["output"] = f"gs://tpujob-bench/{name}"
@@ -89,6 +94,8 @@ def run_scenario(cluster: LocalCluster, name: str, steps: int, every: int, kill:
         section, field = key.split(".")
         config.setdefault(section, {})[field] = yaml.safe_load(value)
     job["spec"]["restartPolicy"]["maxRestarts"] = 100
+    if local is not None:
+        job["spec"]["localCheckpoints"] = local
     status = lambda: (cluster.job("default", name) or {}).get("status") or {}  # noqa: E731
 
     created = time.time()
@@ -119,11 +126,14 @@ def run_scenario(cluster: LocalCluster, name: str, steps: int, every: int, kill:
     if final["phase"] != "Succeeded":
         raise RuntimeError(f"{name} ended {final['phase']}: {final.get('failure')}")
     goodput = final["goodput"]
-    mine = independent([events(p) for p in host_logs(cluster, name, 0)])
+    logs = [events(p) for p in host_logs(cluster, name, 0)]
+    mine = independent(logs)
+    tiers = [e.get("tier", "?") for evs in logs for e in evs if e["event"] == "restore"]
     wall = ended - created - goodput["queuedSeconds"]
     print(json.dumps({"name": name, "goodput": goodput, "independent": mine, "wall": wall},
                      indent=1), file=sys.stderr, flush=True)
     return {"goodput": goodput, "restarts": final["restarts"], "recoveries": recoveries,
+            "tiers": tiers,
             "independent_pct": 100 * mine["productive_s"] / wall,
             "independent_lost": mine["lost_steps"], "wall_s": wall}
 
@@ -148,6 +158,8 @@ def main() -> int:
     parser.add_argument("--kill-every", type=float, default=120.0)
     parser.add_argument("--checkpoint-seconds", type=float, default=10.0,
                         help="checkpoint interval, in seconds of training")
+    parser.add_argument("--local-checkpoint-seconds", type=float, default=1.0,
+                        help="node-local checkpoint interval, in seconds of training")
     parser.add_argument("--scenarios", default="abc")
     args = parser.parse_args()
     load_before = os.getloadavg()
@@ -158,12 +170,15 @@ def main() -> int:
         step_s = probe_step_time(cluster)
         steps = int(args.minutes * 60 / step_s)
         every = max(1, int(args.checkpoint_seconds / step_s))
+        local_every = max(1, int(args.local_checkpoint_seconds / step_s))
         print(f"probe: {step_s * 1000:.1f} ms/step -> {steps} steps, a checkpoint every "
-              f"{every} steps", file=sys.stderr, flush=True)
+              f"{every} steps, a local one every {local_every}", file=sys.stderr, flush=True)
         for key in args.scenarios:
-            label, kill, extra = SCENARIOS[key]
+            label, kill, extra, with_local = SCENARIOS[key]
+            local = ({"everySteps": local_every, "medium": "Node",
+                      "hostPath": f"{tmp}/node-local"} if with_local else None)
             results[key] = run_scenario(cluster, f"goodput-{key}", steps, every, kill,
-                                        args.kill_every, extra)
+                                        args.kill_every, extra, local)
             r = results[key]
             print(f"({key}) {label}: product {r['goodput']['percent']}%, independent "
                   f"{r['independent_pct']:.2f}%", file=sys.stderr, flush=True)
@@ -173,17 +188,20 @@ def main() -> int:
           f"{'/'.join(f'{x:.1f}' for x in load_before)}, after "
           f"{'/'.join(f'{x:.1f}' for x in load_after)}")
     print(f"{steps} steps of {step_s * 1000:.1f} ms (probe median), checkpoint every {every} "
-          f"steps, kills every {args.kill_every:.0f} s\n")
+          f"steps, local checkpoint every {local_every} steps (a, b), kills every "
+          f"{args.kill_every:.0f} s\n")
     print("| scenario | goodput (status) | goodput (from logs) | wall s | restarts | lost steps "
-          "(status / logs) | kill -> first new step s | compile s (all starts) | badput s |")
-    print("|---|---|---|---|---|---|---|---|---|")
+          "(status / logs) | resumed from | kill -> first new step s | compile s (all starts) "
+          "| badput s |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for key, r in results.items():
         g = r["goodput"]
         badput = ", ".join(f"{k} {v:.1f}" for k, v in g["badput"].items() if v >= 0.05)
         kills = ", ".join(f"{x:.1f}" for x in r["recoveries"]) or "-"
         print(f"| ({key}) {SCENARIOS[key][0]} | {g['percent']:.2f}% | "
               f"{r['independent_pct']:.2f}% | {g['wallSeconds']:.1f} | {r['restarts']} | "
-              f"{g['lostSteps']} / {r['independent_lost']} | {kills} | "
+              f"{g['lostSteps']} / {r['independent_lost']} | "
+              f"{', '.join(r['tiers']) or '-'} | {kills} | "
               f"{g['badput'].get('programStartup', 0):.1f} | {badput} |")
     return 0
 

@@ -1,6 +1,7 @@
 """The persistent compilation cache through the real CLI: on by default under the job's output
-(here on the emulated `gs://`), a second start of the same job loads every program from it and
-compiles nothing; with the cache off, nothing is loaded."""
+(here on the emulated `gs://`), a second start of the same job loads its training step whole
+(no tracing, lowering or compile) and every other program from JAX's cache, compiling nothing;
+another config, or a damaged entry, compiles again; with the cache off, nothing is loaded."""
 
 from __future__ import annotations
 
@@ -25,11 +26,59 @@ def test_a_restart_loads_its_programs_from_the_cache_on_gcs(tmp_path, gcs):
     out = gcs.fresh_prefix("cache")
     first = compiled(run_cli([*ARGS, f"output={out}"], tmp_path, timeout=300))
     assert first["compile_cache"]["misses"] >= 1 and first["compile_cache"]["hits"] == 0
+    assert first["executable"] == "compiled"
     second = compiled(run_cli([*ARGS, f"output={out}"], tmp_path, timeout=300))
-    assert second["compile_cache"] == {"hits": first["compile_cache"]["misses"], "misses": 0}
+    # The step comes whole from the executable cache; the other programs from JAX's cache.
+    assert second["executable"] == "loaded"
+    assert second["compile_cache"] == {"hits": first["compile_cache"]["misses"] - 1, "misses": 0}
     fs, root = fsspec.core.url_to_fs(f"{out}/compile-cache")
     fs.invalidate_cache()
     assert any("jit_train_step" in p for p in fs.ls(root, detail=False))
+    assert len(fs.ls(f"{root}/executables", detail=False)) == 1
+
+
+def test_without_the_executable_cache_jax_s_cache_serves_every_program(tmp_path):
+    args = [*ARGS, f"output={tmp_path}/out", "compile_cache.executables=false"]
+    first = compiled(run_cli(args, tmp_path, timeout=300))
+    second = compiled(run_cli(args, tmp_path, timeout=300))
+    assert (first["executable"], second["executable"]) == ("compiled", "compiled")
+    assert second["compile_cache"] == {"hits": first["compile_cache"]["misses"], "misses": 0}
+    assert not (tmp_path / "out" / "compile-cache" / "executables").exists()
+
+
+def test_another_config_or_a_damaged_entry_compiles_the_step_again(tmp_path):
+    args = [*ARGS, f"output={tmp_path}/out"]
+    assert compiled(run_cli(args, tmp_path, timeout=300))["executable"] == "compiled"
+    other = compiled(run_cli([*args, "optimizer.lr=1e-3"], tmp_path, timeout=300))
+    assert other["executable"] == "compiled"  # the LR is compiled into the step
+    entries = sorted((tmp_path / "out" / "compile-cache" / "executables").glob("*.pkl"))
+    assert len(entries) == 2
+    for entry in entries:
+        entry.write_bytes(entry.read_bytes()[:100])
+    run = run_cli(args, tmp_path, timeout=300)
+    assert compiled(run)["executable"] == "compiled"
+    assert "could not be loaded" in run.stderr
+    # That compile was served by JAX's cache: such an executable is not saved again (on
+    # XLA:CPU it would load and then fail at its first run), so every later start compiles
+    # through JAX's cache and trains.
+    assert "not saved whole" in run.stderr
+    assert sum(e.exists() for e in entries) == 1  # this config's damaged entry was removed
+    for _ in range(2):
+        again = run_cli(args, tmp_path, timeout=300)
+        assert compiled(again)["executable"] == "compiled"
+        assert [s["step"] for s in again.steps] == [1, 2, 3]
+
+
+def test_a_step_served_by_jax_s_cache_is_not_saved_whole(tmp_path):
+    out = f"output={tmp_path}/out"
+    first = compiled(run_cli([*ARGS, out, "compile_cache.executables=false"], tmp_path,
+                             timeout=300))
+    assert first["compile_cache"]["hits"] == 0
+    for _ in range(2):
+        run = run_cli([*ARGS, out], tmp_path, timeout=300)
+        assert compiled(run)["executable"] == "compiled"
+        assert [s["step"] for s in run.steps] == [1, 2, 3]
+    assert not list((tmp_path / "out" / "compile-cache" / "executables").glob("*.pkl"))
 
 
 def test_with_the_cache_off_every_start_compiles(tmp_path):

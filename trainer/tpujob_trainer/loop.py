@@ -141,6 +141,8 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
            timeline: Timeline) -> Outcome:
     from tpujob_trainer.checkpoint import restore_params
     from tpujob_trainer.checkpoint.tiered import TieredCheckpointer
+    from tpujob_trainer.executable_cache import ExecutableCache
+    from tpujob_trainer.executable_cache import current_key as executable_key
     from tpujob_trainer.data import DataError, DataExhausted, build_data_source
 
     t_start = time.perf_counter()
@@ -239,12 +241,18 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
             t0 = time.perf_counter()
             abstract_batch = {"tokens": jax.ShapeDtypeStruct((B, L + 1), np.int32, sharding=tokens_sharding),
                               "stop": jax.ShapeDtypeStruct((B,), np.int32, sharding=stop_sharding)}
-            compiled = fns.step.lower(fns.abstract_state, abstract_batch).compile()
+            compile_fn = lambda: fns.step.lower(fns.abstract_state, abstract_batch).compile()  # noqa: E731
+            if cache_dir is not None and cfg.compile_cache.executables:
+                compiled, how = ExecutableCache(cache_dir).load_or_compile(
+                    executable_key(cfg.model_dump(mode="json")), compile_fn,
+                    lambda: compile_cache.counts()["hits"])
+            else:
+                compiled, how = compile_fn(), "compiled"
             compile_s = time.perf_counter() - t0
             timeline.charge_until_now("program_startup")
             memory("after_compile", compile_s=round(compile_s, 3))
             log.emit("compiled", compile_s=compile_s, startup_s=time.perf_counter() - t_start,
-                     compile_cache=compile_cache.counts())
+                     compile_cache=compile_cache.counts(), executable=how)
 
             return _run_steps(cfg, compiled, state, step, data, checkpointer, stop, log, progress,
                               memory, wandb_run, timeline, _Timer(time.perf_counter(), flops, B * L,

@@ -15,6 +15,10 @@ class CompileCacheConfig(BaseModel):
         description="Directory or gs:// prefix of the cache; default: <output>/compile-cache. "
                     "Shared by every process and every start of the job (and by other jobs "
                     "pointed at it: entries are keyed by the program, devices and JAX version).")
+    executables: bool = Field(
+        True, description="Also save the compiled training step whole under "
+                          "<directory>/executables, so that a restart with the same config, "
+                          "code and devices loads it and skips tracing and lowering too.")
     min_compile_time_s: float = Field(
         0.0, ge=0, description="Cache only programs that took at least this long to compile.")
 

@@ -1,0 +1,128 @@
+"""The compiled training step saved whole, beside JAX's compilation cache, so that a restart of
+the same job on the same devices loads it and skips tracing and lowering as well as the XLA
+compile (JAX's own cache skips only the compile: it looks a program up after lowering it).
+
+An entry is keyed by everything the compiled step depends on: the whole trainer config, a digest
+of the trainer's and the planner's source files, the JAX and jaxlib versions, the devices (id,
+kind, process) and this process's index, and the XLA flags in the environment. Anything else
+misses and compiles as before. Each process keeps its own entry (an executable is bound to the
+process's devices). An entry that cannot be read or loaded is compiled again with a warning.
+Only a step that XLA compiled is saved, never one JAX's cache served (`load_or_compile`).
+
+An entry is a pickle (the serialized executable and its argument trees) read from the job's own
+output: whoever can write the output can run code in the job, as with the compilation cache and
+the checkpoints there.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import pickle
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import fsspec
+import jax
+
+log = logging.getLogger(__name__)
+
+_PACKAGES = ("tpujob_trainer", "tpujob_plan")
+_ENV = ("XLA_FLAGS", "LIBTPU_INIT_ARGS")
+_source_digest: str | None = None
+
+
+def source_digest() -> str:
+    """sha256 over the trainer's and the planner's .py files (path and bytes), computed once."""
+    global _source_digest
+    if _source_digest is None:
+        h = hashlib.sha256()
+        for package in _PACKAGES:
+            root = Path(__import__(package).__file__).parent
+            for path in sorted(root.rglob("*.py")):
+                h.update(str(path.relative_to(root.parent)).encode())
+                h.update(path.read_bytes())
+        _source_digest = h.hexdigest()
+    return _source_digest
+
+
+def step_key(config: dict[str, Any], *, source: str, versions: dict[str, str],
+             devices: list[dict[str, Any]], process_index: int, env: dict[str, str]) -> str:
+    """The entry's name: a digest of everything the compiled step depends on (pure)."""
+    doc = {"config": config, "source": source, "versions": versions, "devices": devices,
+           "process_index": process_index, "env": env}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]
+
+
+def current_key(config: dict[str, Any]) -> str:
+    """step_key for this process, its devices and its environment."""
+    import jaxlib
+    devices = [{"id": d.id, "platform": d.platform, "kind": d.device_kind,
+                "process": d.process_index} for d in jax.devices()]
+    return step_key(config, source=source_digest(),
+                    versions={"jax": jax.__version__, "jaxlib": jaxlib.__version__},
+                    devices=devices, process_index=jax.process_index(),
+                    env={k: os.environ.get(k, "") for k in _ENV})
+
+
+class ExecutableCache:
+    """Entries under `<directory>/executables/<key>.pkl` (a path or gs://)."""
+
+    def __init__(self, directory: str):
+        self.directory = f"{directory.rstrip('/')}/executables"
+        self.fs, self.root = fsspec.core.url_to_fs(self.directory)
+
+    def _path(self, key: str) -> str:
+        return f"{self.root}/{key}.pkl"
+
+    def load_or_compile(self, key: str, compile_fn: Callable[[], Any],
+                        cache_hits: Callable[[], int]) -> tuple[Any, str]:
+        """(compiled step, "loaded" | "compiled"): the saved executable, else compile_fn()'s,
+        which is then saved if XLA really compiled it (a failure to save is logged, never
+        raised).
+
+        `cache_hits()` counts JAX's persistent-cache hits: an executable that JAX loaded from
+        its own cache is not saved again, because on XLA:CPU serializing such an executable
+        gives one that loads but fails at its first run (`NOT_FOUND: Function <fusion> not
+        found`), seen with jax 0.10.2."""
+        from jax.experimental import serialize_executable
+        path = self._path(key)
+        try:
+            if self.fs.exists(path):
+                payload, in_tree, out_tree = pickle.loads(self.fs.cat_file(path))
+                return serialize_executable.deserialize_and_load(payload, in_tree, out_tree), \
+                    "loaded"
+        except Exception as e:  # a damaged or incompatible entry: compile as if it were absent
+            log.warning("compiled step %s could not be loaded (%s: %s); removing it and "
+                        "compiling", path, type(e).__name__, str(e)[:300])
+            try:
+                self.fs.rm(path)
+            except Exception:  # another process removed it first, or storage trouble
+                pass
+        hits = cache_hits()
+        compiled = compile_fn()
+        if cache_hits() != hits:
+            log.warning("the compiled step came from JAX's compilation cache, so it is not "
+                        "saved whole (only an executable XLA compiled is)")
+            return compiled, "compiled"
+        t0 = time.perf_counter()
+        try:
+            blob = pickle.dumps(serialize_executable.serialize(compiled))
+            self.fs.makedirs(self.root, exist_ok=True)
+            if "://" in self.directory and not self.directory.startswith("file://"):
+                self.fs.pipe_file(path, blob)  # one object write: whole or absent
+            else:
+                tmp = f"{path}.tmp-{os.getpid()}"
+                with open(tmp, "wb") as f:
+                    f.write(blob)
+                os.replace(tmp, path)
+            log.info("compiled step saved to %s (%d bytes, %.2fs)", path, len(blob),
+                     time.perf_counter() - t0)
+        except Exception as e:
+            log.warning("compiled step could not be saved to %s (%s: %s)", path,
+                        type(e).__name__, str(e)[:300])
+        return compiled, "compiled"
