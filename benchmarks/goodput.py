@@ -8,7 +8,8 @@ the first new step.
 
 The independent figure: productive = the sum of `step_time_s` (time between step completions,
 as host 0 logged it) over the steps that were kept (a step a later start computed again is not
-kept); wall = from the moment the benchmark created the job until it saw it Succeeded, less the
+kept), less the blocking part of the checkpoint saves made between them (`blocking_s` of the
+`checkpoint` and `local_checkpoint` lines); wall = from the moment the benchmark created the job until it saw it Succeeded, less the
 time the status says it was queued. Lost steps = for each start but the last, its last logged
 step minus the step the next start resumed from.
 
@@ -60,6 +61,10 @@ def independent(logs: list[list[dict[str, Any]]]) -> dict[str, float]:
     starts = []
     for evs in sorted((evs for evs in logs if evs), key=lambda evs: evs[0]["time"]):
         steps = {e["step"]: e["step_time_s"] for e in evs if e["event"] == "step"}
+        # A save's blocking part falls inside the next step's interval: not productive.
+        for e in evs:
+            if e["event"] in ("checkpoint", "local_checkpoint") and e["step"] + 1 in steps:
+                steps[e["step"] + 1] -= e.get("blocking_s") or 0.0
         resumed = next((e["step"] for e in evs
                         if e["event"] == "memory" and e.get("phase") == "after_restore"), 0)
         starts.append((resumed, steps))
