@@ -83,6 +83,31 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      '"data": {CONFIG_FILE: yaml.safe_dump(build_trainer_config(spec), sort_keys=False)},',
      "False -> True"): "the same mapping with its keys in another order; the trainer reads a "
                        "mapping",
+    ("trainer/tpujob_plan/topologies.py", "_MAX_DIM = 256", "256 -> 257"):
+        "range(4, _MAX_DIM + 1, 4) yields the same multiples of 4 up to 256 either way",
+    ("trainer/tpujob_plan/topologies.py",
+     "max_cubes: int = 0                     # 3-D: the largest slice, in 4x4x4 cubes",
+     "0 -> 1"): "only 2-D rules keep the default, and they use `fixed`, never max_cubes",
+    ("trainer/tpujob_plan/topologies.py",
+     "has_curated_default: Callable[[int], bool] = lambda chips: True", "True -> False"):
+        "only the 2-D rules keep the default, and each of their chip counts has one topology, "
+        "so the first and the most balanced are the same",
+    ("trainer/tpujob_plan/topologies.py",
+     "has_curated_default=lambda c: c <= 128 or c in {256, 512, 768, 1024, 2048}),",
+     "<= -> <"): "v4's three 128-chip topologies tie on balance, and a tie keeps the first",
+    ("trainer/tpujob_plan/topologies.py",
+     "has_curated_default=lambda c: c <= 128 or c in {256, 512, 768, 1024, 2048}),",
+     "128 -> 129"): "no v4 topology has 129 chips",
+    ("trainer/tpujob_plan/topologies.py",
+     "\"v5p\": TopologyRule(max_cubes=140, has_curated_default=lambda c: c <= 6144 or c in "
+     "{6912, 8960}),", "6144 -> 6145"): "no v5p topology has 6145 chips",
+    ("trainer/tpujob_plan/topologies.py",
+     "has_curated_default=lambda c: c <= 6144 or c in {6912, 8192, 8960, 9216}),",
+     "6144 -> 6145"): "no tpu7x topology has 6145 chips",
+    ("trainer/tpujob_plan/flops.py", "moe_ffn = 0.0", "0.0 -> 1"):
+        "a dense shape has no MoE layer, so moe_ffn is multiplied by 0; a MoE one reassigns it",
+    ("trainer/tpujob_plan/catalog.py", "elif count is None or count > counts[-1]:", "> -> >="):
+        "a count equal to the largest is a valid size and returned before this line",
 }
 PYTEST_ARGS = ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--no-header",
                "--timeout=120"]

@@ -84,6 +84,20 @@ def test_names_resolve(name, canonical, topology, chips, devices):
         ("v4-264x4x4", ["offers no 264x4x4"]),
         ("v6e--16", ["malformed size '-16'"]),
         ("v6e-16; rm -rf /", ["malformed size"]),
+        # The example of the right form follows the generation's rank.
+        ("v6e-4x4x4", ["(like 4x4)"]),
+        ("v5p-4x4", ["(like 4x4x4)"]),
+        ("v5p-4y4", ["a topology like 4x4x4."]),
+        ("v6e-4y4", ["a topology like 4x4."]),
+        # Below the smallest size the nearest is the smallest alone.
+        ("v5p-6", ["(nearest: v5p-8)."]),
+        ("v6e-2", ["(nearest: v6e-1 or v6e-4)."]),
+        # Up to 9 digits is a number (an odd v5p count is not a multiple of 2); longer is a typo.
+        ("v5p-100000001", ["N is a multiple of 2"]),
+        ("v5p-1000000001", ["the largest is v5p-17920"]),
+        # The A <= B <= C rule holds for v5p, not v4 (whose topologies need no order).
+        ("v5p-3x3x3", ["multiples of 4 and A <= B <= C."]),
+        ("v4-3x3x3", ["multiples of 4."]),
     ],
 )
 def test_bad_names_explain(name, says):
@@ -149,3 +163,23 @@ def test_tensorcore_counting():
     # v5p counts TensorCores too, but megacore makes one JAX device per chip.
     s = resolve_slice("v5p-128")
     assert (s.tensorcores, s.chips, s.devices) == (128, 64, 64)
+
+
+def test_slice_types_are_values_and_know_which_topology_a_size_means():
+    # v4 offers 4x4x8, 4x8x4 and 8x4x4 for 128 chips; v4-256 means exactly one of them.
+    shapes = [resolve_slice(f"v4-{t}") for t in ("4x4x8", "4x8x4", "8x4x4")]
+    assert {s.chips for s in shapes} == {128}
+    default = resolve_slice("v4-256")
+    assert [s.topology for s in shapes if s.is_default_for_size] == [default.topology]
+    assert default.is_default_for_size
+    with pytest.raises(AttributeError):
+        default.topology = "8x8x8"  # frozen: a slice type is a value
+    assert len({resolve_slice("v4-256"), resolve_slice("v4-256"), default}) == 1
+
+
+def test_topology_rules_are_values():
+    from dataclasses import FrozenInstanceError
+
+    from tpujob_plan.topologies import RULES
+    with pytest.raises(FrozenInstanceError):
+        RULES["v5p"].max_cubes = 1

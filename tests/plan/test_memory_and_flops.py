@@ -110,3 +110,29 @@ def test_grad_accumulation_trades_activations_for_an_accumulator():
 def test_bad_options(bad):
     with pytest.raises(ValueError):
         _llama8b(**bad)
+
+
+def test_flops_by_hand_for_a_small_dense_and_a_small_moe_shape():
+    from tpujob_plan.flops import flops_per_token
+    from tpujob_plan.model_shape import ModelShape
+
+    # d=8, 2 heads of 4 (1 KV head), mlp 16, vocab 32, 2 layers; batch 2 x 4 tokens = 8 tokens.
+    dense = ModelShape(vocab_size=32, d_model=8, n_layers=2, n_heads=2, n_kv_heads=1,
+                       head_dim=4, mlp_dim=16)
+    qkv = 2 * 8 * 8 * (2 + 2 * 1) * 4            # 2048
+    proj = 2 * 8 * 8 * 2 * 4                     # 1024
+    ffn = 2 * 8 * 3 * 8 * 16                     # 6144
+    emb = 2 * 8 * 8 * 32                         # 4096
+    attn = 4 * 2 * 4**2 * 2 * 4 / 2              # 512 per layer
+    want = 3 * (2 * (qkv + proj + ffn) + emb) + 3 * attn * 2
+    assert train_flops_per_step(dense, 2, 4) == want == 70656
+    assert flops_per_token(dense, 4) == train_flops_per_step(dense, 1, 4) / 4 == 8832
+
+    # The same with 4 experts (2 active, 1 shared, expert mlp 8) on every layer after the first.
+    moe = ModelShape(vocab_size=32, d_model=8, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=4,
+                     mlp_dim=16, num_experts=4, experts_per_token=2, num_shared_experts=1,
+                     moe_mlp_dim=8, first_dense_layers=1)
+    expert = 2 * 8 * 3 * 8 * 8                   # 3072
+    router = 2 * 8 * 8 * 4                       # 512
+    want = 3 * (2 * (qkv + proj) + ffn + router + 3 * expert + emb) + 3 * attn * 2
+    assert train_flops_per_step(moe, 2, 4) == want == 81408
