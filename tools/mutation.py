@@ -40,7 +40,7 @@ PER_MUTANT_TIMEOUT_S = 120.0
 
 PLAN_TESTS = ["tests/plan/test_slice_plan.py", "tests/plan/test_catalog.py",
               "tests/plan/test_memory_and_flops.py", "tests/plan/test_mesh.py",
-              "tests/plan/test_layers.py"]
+              "tests/plan/test_layers.py", "tests/plan/test_generations_facts.py"]
 BUILDER_TESTS = ["tests/builders/test_builder_pins.py", "tests/builders/test_jobset.py",
                  "tests/builders/test_fingerprint.py", "tests/builders/test_validation.py",
                  "tests/builders/test_wiring.py", "tests/builders/test_restart_strategy.py"]
@@ -54,10 +54,10 @@ MODULES: dict[str, list[str]] = {
     "trainer/tpujob_plan/flops.py": PLAN_TESTS,
     "trainer/tpujob_plan/generations.py": PLAN_TESTS,
     "trainer/tpujob_plan/memory.py": ["tests/plan/test_memory_and_flops.py",
-                                      "tests/plan/test_layers.py"],
+                                      "tests/plan/test_layers.py", "tests/plan/test_generations_facts.py"],
     "trainer/tpujob_plan/mesh.py": ["tests/plan/test_mesh.py"],
     "trainer/tpujob_plan/model_shape.py": ["tests/plan/test_memory_and_flops.py",
-                                           "tests/plan/test_layers.py"],
+                                           "tests/plan/test_layers.py", "tests/plan/test_generations_facts.py"],
     "trainer/tpujob_plan/slice_plan.py": PLAN_TESTS,
     "trainer/tpujob_plan/topologies.py": PLAN_TESTS,
     "operator/tpujob/builders/fingerprint.py": BUILDER_TESTS,

@@ -136,3 +136,90 @@ def test_flops_by_hand_for_a_small_dense_and_a_small_moe_shape():
     router = 2 * 8 * 8 * 4                       # 512
     want = 3 * (2 * (qkv + proj) + ffn + router + 3 * expert + emb) + 3 * attn * 2
     assert train_flops_per_step(moe, 2, 4) == want == 81408
+
+
+SMALL = dict(vocab_size=32, d_model=8, n_layers=2, n_heads=2, n_kv_heads=1, head_dim=4,
+             mlp_dim=16)
+
+
+@pytest.mark.parametrize("remat, act_per_layer, recompute_per_layer", [
+    # none: 6d + 3q + 3kv + 4 mlp + heads x seq (dot-product scores) = 48+24+12+64+16
+    ("none", 164, 0),
+    # minimal: 3d + 2q + 2kv + 2 mlp = 24+16+8+32; the workspace recomputes one layer's "none"
+    ("minimal", 80, 164),
+    ("full", 8, 164),
+])
+def test_memory_terms_by_hand_for_a_small_dense_shape(remat, act_per_layer, recompute_per_layer):
+    from tpujob_plan.memory import estimate_memory
+    from tpujob_plan.model_shape import ModelShape
+
+    shape = ModelShape(**SMALL)
+    p = shape.total_params
+    # fsdp 2 x tensor 2: state in 4 shards; batch over fsdp: 2 shards; 2 micro-batches of 4.
+    est = estimate_memory(shape, global_batch=8, seq_len=8, mesh={"fsdp": 2, "tensor": 2},
+                          remat=remat, grad_accum=2, attention="dot_product", hbm_bytes=1e9)
+    tokens = 4 * 8 / 2
+    act_scale = tokens * 2 / 2                       # bf16 activations over tensor=2
+    largest = shape.attention_params + shape.dense_mlp_params
+    assert est.tokens_per_device == tokens and est.notes == []
+    assert est.breakdown == pytest.approx({
+        "params": p * 4 / 4, "gradients": p * 4 / 4, "optimizer": 2 * 4 * p / 4,
+        "gradientAccumulator": p * 4 / 4,
+        "activations": 2 * act_per_layer * act_scale,
+        "workspace": recompute_per_layer * act_scale + largest * 2 / 2,
+        "logits": tokens * 32 * (2 + 4) / 2,
+    })
+    assert est.per_device_bytes == pytest.approx(sum(est.breakdown.values()))
+
+
+def test_memory_of_muon_moe_and_the_fit_boundary_by_hand():
+    from tpujob_plan.memory import USABLE_HBM_FRACTION, estimate_memory
+    from tpujob_plan.model_shape import ModelShape
+
+    moe = ModelShape(**SMALL, num_experts=4, experts_per_token=2, num_shared_experts=1,
+                     moe_mlp_dim=8, first_dense_layers=1)
+    est = estimate_memory(moe, global_batch=4, seq_len=8, mesh={"expert": 2}, remat="none",
+                          optimizer="muon", attention="flash", capacity_factor=1.5)
+    p, others = moe.total_params, moe.embedding_params + moe.norm_params
+    tokens = 4 * 8 / 2                               # batch over expert=2
+    dense_layer = 48 + 24 + 12 + 4 * 16              # flash: no scores term
+    moe_layer = 48 + 24 + 12 + 4 * ((2 * 1.5 + 1) * 8) + 2 * 4
+    assert est.breakdown["optimizer"] == pytest.approx((4 * (p - others) + 8 * others) / 2)
+    assert est.breakdown["activations"] == pytest.approx((dense_layer + moe_layer) * tokens * 2)
+    largest = moe.attention_params + max(moe.dense_mlp_params, moe.moe_mlp_params / 2)
+    assert est.breakdown["workspace"] == pytest.approx(largest * 2)  # remat none: no recompute
+    full = estimate_memory(moe, global_batch=4, seq_len=8, mesh={"expert": 2}, remat="full",
+                           optimizer="muon", capacity_factor=1.5)
+    assert full.breakdown["workspace"] == pytest.approx(max(dense_layer, moe_layer) * tokens * 2
+                                                        + largest * 2)
+    assert "gradientAccumulator" not in est.breakdown
+    # Fits up to the usable fraction of HBM (95%), not beyond.
+    need = est.per_device_bytes
+    at = estimate_memory(moe, global_batch=4, seq_len=8, mesh={"expert": 2}, remat="none",
+                         optimizer="muon", capacity_factor=1.5,
+                         hbm_bytes=need / USABLE_HBM_FRACTION * 1.000001)
+    assert at.fits is True and at.usable_bytes == pytest.approx(need)
+    below = estimate_memory(moe, global_batch=4, seq_len=8, mesh={"expert": 2}, remat="none",
+                            optimizer="muon", capacity_factor=1.5,
+                            hbm_bytes=need / USABLE_HBM_FRACTION * 0.999)
+    assert below.fits is False
+    assert est.fits is None and est.to_dict()["usableGiB"] is None
+    assert at.to_dict()["perDeviceGiB"] == round(need / 1024**3, 3)
+
+
+@pytest.mark.parametrize("batch, accum, seq, mesh, says", [
+    (3, 1, 8, {"fsdp": 2}, "a (micro)batch of 3 sequences does not split evenly over the 2"),
+    (2, 2, 8, {"fsdp": 2}, "a (micro)batch of 1 sequences"),
+    (4, 1, 9, {"context": 2}, "seq_len 9 does not split evenly over context=2"),
+    (4, 1, 8, {"fsdp": 2, "context": 2}, None),
+])
+def test_memory_notes_say_what_does_not_split(batch, accum, seq, mesh, says):
+    from tpujob_plan.memory import estimate_memory
+    from tpujob_plan.model_shape import ModelShape
+
+    est = estimate_memory(ModelShape(**SMALL), global_batch=batch, seq_len=seq, mesh=mesh,
+                          grad_accum=accum)
+    if says is None:
+        assert est.notes == []
+    else:
+        assert [n for n in est.notes if says in n], est.notes
