@@ -14,6 +14,7 @@ from tests.trainer.helpers import TINY_MODEL
 from tpujob_trainer.config import ModelConfig, OptimizerConfig
 from tpujob_trainer.models import Decoder
 from tpujob_trainer.models.decoder import _runs
+from tpujob_trainer.models.layers import causal_attention
 from tpujob_trainer.models.moe import MoE
 from tpujob_trainer.optim import build_optimizer
 from tpujob_trainer.step import init_state, loss_fn, train_step
@@ -132,6 +133,15 @@ def test_scanned_and_unrolled_layers_compute_the_same(dtype, remat):
     assert float(loss_s) == pytest.approx(float(loss_u), rel=tol)
     for a, b in zip(jax.tree.leaves(grads_u), jax.tree.leaves(grads_s), strict=True):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=100 * tol, atol=tol)
+
+
+@pytest.mark.parametrize("length,chunks", [(16, 2), (16, 4), (15, 2)])
+def test_chunked_causal_attention_is_causal_attention(length, chunks):
+    q, k, v = (jax.random.normal(jax.random.key(i), s) for i, s in
+               enumerate([(2, length, 4, 8), (2, length, 2, 8), (2, length, 2, 8)]))
+    want = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+    got = causal_attention(q, k, v, chunks)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
 
 
 def test_auto_remat_must_be_resolved_before_building():
