@@ -14,7 +14,7 @@ from tests.trainer.helpers import TINY_MODEL
 from tpujob_trainer.config import ModelConfig, OptimizerConfig
 from tpujob_trainer.models import Decoder
 from tpujob_trainer.models.decoder import _runs
-from tpujob_trainer.models.layers import causal_attention
+from tpujob_trainer.models.layers import causal_attention, swiglu
 from tpujob_trainer.models.moe import MoE
 from tpujob_trainer.optim import build_optimizer
 from tpujob_trainer.step import init_state, loss_fn, train_step
@@ -141,6 +141,19 @@ def test_chunked_causal_attention_is_causal_attention(length, chunks):
                enumerate([(2, length, 4, 8), (2, length, 2, 8), (2, length, 2, 8)]))
     want = jax.nn.dot_product_attention(q, k, v, is_causal=True)
     got = causal_attention(q, k, v, chunks)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
+def test_swiglu_gradient_is_autodiffs():
+    h = jax.random.normal(jax.random.key(0), (2, 8, 2, 16))
+    g = jax.random.normal(jax.random.key(1), (2, 8, 16))
+
+    def plain(h):
+        return jax.nn.silu(h[:, :, 0]) * h[:, :, 1]
+
+    np.testing.assert_allclose(np.asarray(swiglu(h)), np.asarray(plain(h)), rtol=1e-6)
+    want = jax.vjp(plain, h)[1](g)[0]
+    got = jax.vjp(swiglu, h)[1](g)[0]
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
 
 
