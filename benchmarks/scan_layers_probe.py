@@ -4,8 +4,9 @@
 
 The anchor model (trainer_throughput.ANCHOR, remat full) built from the trainer's own Block,
 embedding, final norm and cross-entropy, its 8 blocks' parameters stacked on a leading axis and
-applied either by `jax.lax.scan` over that axis or by a Python loop over it (what the trainer's
-Decoder does today); remat full (jax.checkpoint of one block) and AdamW in both. Prints this
+applied either by `jax.lax.scan` over that axis or by a Python loop over it (the trainer's
+Decoder scans by default, and loops with `model.scan_layers: false`); remat full
+(jax.checkpoint of one block) and AdamW in both. Prints this
 process's CPU seconds per step (median of 4 after 2), the first step's time (compile + 1 step)
 and the loss after 6 steps, which must be the same in both modes.
 """

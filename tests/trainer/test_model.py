@@ -13,6 +13,8 @@ from flax import nnx
 from tests.trainer.helpers import TINY_MODEL
 from tpujob_trainer.config import ModelConfig, OptimizerConfig
 from tpujob_trainer.models import Decoder
+from tpujob_trainer.models.decoder import _runs
+from tpujob_trainer.models.layers import causal_attention, swiglu
 from tpujob_trainer.models.moe import MoE
 from tpujob_trainer.optim import build_optimizer
 from tpujob_trainer.step import init_state, loss_fn, train_step
@@ -97,6 +99,64 @@ def test_remat_variants_agree():
             np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)
 
 
+def dots_traced(cfg: ModelConfig) -> int:
+    """How many matmuls the forward pass's jaxpr holds (a scan's body counted once)."""
+    graphdef, params = nnx.split(Decoder(cfg, rngs=nnx.Rngs(0)))
+    jaxpr = jax.make_jaxpr(lambda p, t: nnx.merge(graphdef, p)(t))(
+        nnx.to_pure_dict(params), tokens(2, 16))
+    return str(jaxpr).count("dot_general")
+
+
+def test_layers_are_scanned_by_default_and_compiled_once():
+    # Scanned: the layer's matmuls appear once whatever the depth; unrolled: once per layer.
+    scanned = [dots_traced(ModelConfig(**{**TINY_MODEL, "n_layers": n})) for n in (2, 4)]
+    assert scanned[0] == scanned[1]
+    unrolled = [dots_traced(ModelConfig(**{**TINY_MODEL, "n_layers": n, "scan_layers": False}))
+                for n in (2, 4)]
+    assert unrolled[1] > unrolled[0] > scanned[0]
+
+
+@pytest.mark.parametrize("dtype,remat", [("float32", "none"), ("float32", "full"),
+                                         ("bfloat16", "full")])
+def test_scanned_and_unrolled_layers_compute_the_same(dtype, remat):
+    def run(scan: bool):
+        cfg = ModelConfig(**{**TINY_MODEL, "n_layers": 3, "remat": remat, "dtype": dtype,
+                             "scan_layers": scan})
+        graphdef, params = nnx.split(Decoder(cfg, rngs=nnx.Rngs(0)))
+        f = jax.jit(jax.value_and_grad(lambda p, t: loss_fn(p, graphdef, t, 0.0)[0]))
+        return f(nnx.to_pure_dict(params), tokens(2, 33))
+
+    (loss_s, grads_s), (loss_u, grads_u) = run(True), run(False)
+    # The same parameters layout (one entry per block) either way: checkpoints are the same.
+    assert jax.tree.structure(grads_s) == jax.tree.structure(grads_u)
+    tol = 1e-6 if dtype == "float32" else 1e-2
+    assert float(loss_s) == pytest.approx(float(loss_u), rel=tol)
+    for a, b in zip(jax.tree.leaves(grads_u), jax.tree.leaves(grads_s), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=100 * tol, atol=tol)
+
+
+@pytest.mark.parametrize("length,chunks", [(16, 2), (16, 4), (15, 2)])
+def test_chunked_causal_attention_is_causal_attention(length, chunks):
+    q, k, v = (jax.random.normal(jax.random.key(i), s) for i, s in
+               enumerate([(2, length, 4, 8), (2, length, 2, 8), (2, length, 2, 8)]))
+    want = jax.nn.dot_product_attention(q, k, v, is_causal=True)
+    got = causal_attention(q, k, v, chunks)
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
+def test_swiglu_gradient_is_autodiffs():
+    h = jax.random.normal(jax.random.key(0), (2, 8, 2, 16))
+    g = jax.random.normal(jax.random.key(1), (2, 8, 16))
+
+    def plain(h):
+        return jax.nn.silu(h[:, :, 0]) * h[:, :, 1]
+
+    np.testing.assert_allclose(np.asarray(swiglu(h)), np.asarray(plain(h)), rtol=1e-6)
+    want = jax.vjp(plain, h)[1](g)[0]
+    got = jax.vjp(swiglu, h)[1](g)[0]
+    np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-6)
+
+
 def test_auto_remat_must_be_resolved_before_building():
     with pytest.raises(ValueError, match="resolve"):
         Decoder(ModelConfig(**{**TINY_MODEL, "remat": "auto"}), rngs=nnx.Rngs(0))
@@ -145,3 +205,16 @@ def test_moe_model_trains():
     cfg = ModelConfig(**{**TINY_MODEL, "moe": MOE})
     first, second = one_step(cfg, tokens(4, 33))
     assert np.isfinite(first) and second < first
+
+
+def test_dense_then_moe_layers_scan_in_runs_of_one_kind_like_the_unrolled_model():
+    cfg = ModelConfig(**{**TINY_MODEL, "n_layers": 4,
+                         "moe": {**MOE, "every": 1, "first_dense_layers": 2}})
+    scanned = Decoder(cfg, rngs=nnx.Rngs(0))
+    unrolled = Decoder(cfg.model_copy(update={"scan_layers": False}), rngs=nnx.Rngs(0))
+    assert [[b.is_moe for b in run] for run in _runs(scanned.blocks)] == [[False, False],
+                                                                          [True, True]]
+    x = tokens(2, 16)
+    (logits_s, aux_s), (logits_u, aux_u) = forward(scanned, x), forward(unrolled, x)
+    np.testing.assert_allclose(np.asarray(logits_s), np.asarray(logits_u), rtol=1e-5, atol=1e-5)
+    assert float(aux_s) == pytest.approx(float(aux_u), rel=1e-5) and float(aux_s) > 0

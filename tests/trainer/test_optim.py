@@ -89,8 +89,10 @@ def test_grad_accumulation_matches_one_big_batch():
     for a, b in zip(m1, m2, strict=True):
         assert a["loss"] == pytest.approx(b["loss"], rel=1e-5)
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-4)
+    # Adam divides by the root of the second moment, so float32 rounding in a gradient near zero
+    # can move that weight by a visible fraction of a step (lr 1e-2): atol is 0.5% of one step.
     for a, b in zip(jax.tree.leaves(s1["params"]), jax.tree.leaves(s2["params"]), strict=True):
-        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=5e-5)
 
 
 def test_clipping_scales_the_gradient():

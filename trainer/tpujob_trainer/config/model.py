@@ -52,6 +52,9 @@ class ModelConfig(_Frozen):
     moe: MoEConfig = Field(default_factory=MoEConfig, description="Mixture-of-experts layers.")
     remat: Remat = Field("auto", description="Rematerialization: none, minimal, full, or auto "
                          "(the least recomputation that fits device memory).")
+    scan_layers: bool = Field(True, description="Apply consecutive layers of the same kind by one "
+                              "scan over their parameters (one compiled layer; faster to compile "
+                              "and to run) instead of one by one.")
     dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="Activation (compute) dtype.")
     param_dtype: Literal["float32", "bfloat16"] = Field("float32", description="Parameter dtype.")
 

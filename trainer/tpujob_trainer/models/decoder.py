@@ -52,6 +52,48 @@ def _apply_block(block: Block, x_BxLxD: jax.Array) -> tuple[jax.Array, jax.Array
     return block(x_BxLxD)
 
 
+def _runs(blocks) -> list[list[Block]]:
+    """Consecutive blocks of the same kind (dense or MoE): each run is one scan."""
+    runs: list[list[Block]] = []
+    for block in blocks:
+        if runs and runs[-1][0].is_moe == block.is_moe:
+            runs[-1].append(block)
+        else:
+            runs.append([block])
+    return runs
+
+
+# Parameters used in float32 whatever the compute dtype (norm scales, the MoE router).
+_KEEP_DTYPE = ("scale", "router_DxE")
+
+
+def _scan_blocks(run: list[Block], x_BxLxD: jax.Array, remat: str) -> tuple[jax.Array, jax.Array]:
+    """Apply a run of same-kind blocks by `jax.lax.scan` over their parameters, stacked here on a
+    leading layer axis (the stored parameters keep one entry per block); remat is per layer.
+
+    The weight matrices are cast to the compute dtype once, before the scan, rather than in
+    each layer where remat would cast them again in the backward pass (the layers' own casts
+    are then no-ops: the same values reach the matmuls)."""
+    graphdef, _ = nnx.split(run[0])
+    dt = x_BxLxD.dtype
+
+    def stack(path, *ws):
+        w = jnp.stack(ws)
+        name = str(getattr(path[-1], "key", path[-1]))
+        return w if name in _KEEP_DTYPE else w.astype(dt)
+
+    stacked = jax.tree.map_with_path(stack, *[nnx.to_pure_dict(nnx.split(b)[1]) for b in run])
+
+    def layer(x, params):
+        return nnx.merge(graphdef, params)(x)
+
+    if remat != "none":
+        # Inside a scan the recomputation cannot be CSE'd with the forward pass: no barrier needed.
+        layer = jax.checkpoint(layer, policy=remat_policy(remat), prevent_cse=False)
+    x_BxLxD, aux_N = jax.lax.scan(layer, x_BxLxD, stacked)
+    return x_BxLxD, jnp.sum(aux_N)
+
+
 class Decoder(nnx.Module):
     def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
         if cfg.remat not in RESOLVED_REMAT:
@@ -69,18 +111,24 @@ class Decoder(nnx.Module):
                          init_param(rngs, (cfg.d_model, cfg.vocab_size), cfg.d_model, pdt, ("embed", "vocab"),
                                     stddev=1.0 / cfg.d_model))
         self.remat = cfg.remat
+        self.scan_layers = cfg.scan_layers
 
     def __call__(self, tokens_BxL: jax.Array) -> tuple[jax.Array, jax.Array]:
         """Logits (float32) for every position, and the summed MoE load-balancing loss."""
         x_BxLxD = jnp.take(self.embed_VxD[...], tokens_BxL, axis=0).astype(self.dtype)
         x_BxLxD = shard(x_BxLxD, ("batch", "length", None))
-        apply = _apply_block
-        if self.remat != "none":
-            apply = nnx.remat(_apply_block, policy=remat_policy(self.remat), prevent_cse=True)
         aux = jnp.zeros((), jnp.float32)
-        for block in self.blocks:
-            x_BxLxD, block_aux = apply(block, x_BxLxD)
-            aux = aux + block_aux
+        if self.scan_layers:
+            for run in _runs(self.blocks):
+                x_BxLxD, run_aux = _scan_blocks(run, x_BxLxD, self.remat)
+                aux = aux + run_aux
+        else:
+            apply = _apply_block
+            if self.remat != "none":
+                apply = nnx.remat(_apply_block, policy=remat_policy(self.remat), prevent_cse=True)
+            for block in self.blocks:
+                x_BxLxD, block_aux = apply(block, x_BxLxD)
+                aux = aux + block_aux
         x_BxLxD = self.final_norm(x_BxLxD)
         if self.head_DxV is None:
             logits_BxLxV = jnp.einsum("bld,vd->blv", x_BxLxD, self.embed_VxD[...].astype(self.dtype))

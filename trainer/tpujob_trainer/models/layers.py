@@ -13,6 +13,10 @@ from flax import nnx
 
 from tpujob_trainer.sharding import shard
 
+# Causal attention in this many query chunks, each reading only the keys up to its own end:
+# with 2, a quarter of the scores (all of them masked) is never computed.
+CAUSAL_CHUNKS = 2
+
 
 def init_param(rngs: nnx.Rngs, shape: tuple[int, ...], fan_in: int, dtype, axes, *,
                stddev: float | None = None) -> nnx.Param:
@@ -46,6 +50,25 @@ def rope(x_BxLxNxH: jax.Array, positions_L: jax.Array, theta: float) -> jax.Arra
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
+def causal_attention(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.Array,
+                     chunks: int = CAUSAL_CHUNKS) -> jax.Array:
+    """Causal attention by query chunks: chunk i reads only the keys up to its own end (the
+    masked keys after it would add exp(-inf) = 0 to its softmax). One chunk where the length
+    does not divide."""
+    L = q_BxLxNxH.shape[1]
+    if L % chunks:
+        chunks = 1
+    c = L // chunks
+    outs = []
+    for i in range(chunks):
+        end = (i + 1) * c
+        q = q_BxLxNxH[:, i * c:end]
+        mask_cxS = (jnp.arange(end)[None, :] <= (i * c + jnp.arange(c))[:, None])
+        outs.append(jax.nn.dot_product_attention(q, k_BxLxKxH[:, :end], v_BxLxKxH[:, :end],
+                                                 mask=mask_cxS[None, None]))
+    return jnp.concatenate(outs, axis=1) if chunks > 1 else outs[0]
+
+
 class Attention(nnx.Module):
     """Causal grouped-query attention: K key/value heads shared by N/K query heads each."""
 
@@ -68,8 +91,31 @@ class Attention(nnx.Module):
         q_BxLxNxH = shard(rope(q_BxLxNxH, positions_L, self.rope_theta), ("batch", "length", "heads", None))
         k_BxLxKxH = shard(rope(k_BxLxKxH, positions_L, self.rope_theta), ("batch", "length", "kv_heads", None))
         v_BxLxKxH = shard(v_BxLxKxH, ("batch", "length", "kv_heads", None))
-        o_BxLxNxH = jax.nn.dot_product_attention(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH, is_causal=True)
+        o_BxLxNxH = causal_attention(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH)
         return jnp.einsum("blnh,nhd->bld", o_BxLxNxH, self.wo_NxHxD[...].astype(dt))
+
+
+@jax.custom_vjp
+def swiglu(h_BxLx2xF: jax.Array) -> jax.Array:
+    """silu(gate) * up of the stacked [gate, up] projection. Its gradient is written as one
+    stacked array (autodiff would pad the gate's and the up's gradients to full size and add
+    them: an extra pass over the largest activation of the layer)."""
+    return jax.nn.silu(h_BxLx2xF[:, :, 0]) * h_BxLx2xF[:, :, 1]
+
+
+def _swiglu_fwd(h_BxLx2xF):
+    return swiglu(h_BxLx2xF), h_BxLx2xF
+
+
+def _swiglu_bwd(h_BxLx2xF, g_BxLxF):
+    gate, up = h_BxLx2xF[:, :, 0], h_BxLx2xF[:, :, 1]
+    sig = jax.nn.sigmoid(gate)
+    d_gate = g_BxLxF * up * sig * (1 + gate * (1 - sig))
+    d_up = g_BxLxF * gate * sig
+    return (jnp.stack([d_gate, d_up], axis=2),)
+
+
+swiglu.defvjp(_swiglu_fwd, _swiglu_bwd)
 
 
 class MLP(nnx.Module):
@@ -82,7 +128,10 @@ class MLP(nnx.Module):
 
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
         dt = self.dtype
-        h_BxLx2xF = jnp.einsum("bld,dkf->blkf", x_BxLxD, self.w_in_Dx2xF[...].astype(dt))
-        h_BxLxF = jax.nn.silu(h_BxLx2xF[:, :, 0]) * h_BxLx2xF[:, :, 1]
+        # Gate and up leave the matmul in float32 (its accumulator), where SiLU and the product
+        # are computed; one rounding to the compute dtype after (fewer converts than SiLU in bf16).
+        h_BxLx2xF = jnp.einsum("bld,dkf->blkf", x_BxLxD, self.w_in_Dx2xF[...].astype(dt),
+                               preferred_element_type=jnp.float32)
+        h_BxLxF = swiglu(h_BxLx2xF).astype(dt)
         h_BxLxF = shard(h_BxLxF, ("batch", "length", "mlp"))
         return jnp.einsum("blf,fd->bld", h_BxLxF, self.w_out_FxD[...].astype(dt))
