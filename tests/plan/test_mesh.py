@@ -120,3 +120,90 @@ def test_suggestions_keep_the_tensor_axis_asked_for():
     m = _plan("v6e-16", {"fsdp": 8, "tensor": 2})
     assert not m.valid and "expert=1" not in m.error
     assert m.suggestions[0] == {"fsdp": 4, "tensor": 4}
+
+
+# The whole check (small-slice rules included) against JAX's create_device_mesh itself, on fake
+# TPU devices of each generation: JAX builds the mesh exactly when the plan says it is valid.
+class _FakeTpu:
+    platform = "tpu"
+    process_index = 0
+    slice_index = 0
+
+    def __init__(self, i: int, kind: str, coords: tuple[int, int, int], core: int):
+        self.id, self.device_kind, self.coords, self.core_on_chip = i, kind, coords, core
+
+    def __repr__(self) -> str:
+        return f"TPU({self.id})"
+
+
+_KINDS = {"v6e": "TPU v6 lite", "v5litepod": "TPU v5 lite", "v5p": "TPU v5p", "tpu7x": "TPU7x"}
+
+
+def _fake_devices(slice_name: str) -> tuple[list[_FakeTpu], tuple[int, ...]]:
+    p = plan_slice(slice_name)
+    physical = p.physical_mesh
+    x, y, z = physical[:3]
+    cores = physical[3] if len(physical) == 4 else 1
+    kind = _KINDS[p.slice_type.generation.prefix]
+    devices = [_FakeTpu(0, kind, (i, j, k), c) for k in range(z) for j in range(y)
+               for i in range(x) for c in range(cores)]
+    for n, d in enumerate(devices):
+        d.id = n
+    return devices, physical
+
+
+@pytest.mark.parametrize("slice_name", ["v6e-4", "v6e-8", "v6e-16", "v6e-32", "v5e-8",
+                                        "v5p-8", "v5p-16", "v5p-32", "v5p-64", "tpu7x-8",
+                                        "tpu7x-16", "tpu7x-32", "tpu7x-64"])
+def test_valid_exactly_when_jax_create_device_mesh_builds_it(slice_name):
+    mesh_utils = pytest.importorskip("jax._src.mesh_utils")
+    devices, physical = _fake_devices(slice_name)
+    agreed = {True: 0, False: 0}
+    for layout in _layouts(len(devices)):
+        logical = {a: layout.get(a, 1) for a in MESH_AXES}
+        ours = plan_mesh(logical, devices_per_slice=len(devices), physical_dims=physical).valid
+        try:
+            mesh_utils.create_device_mesh(list(logical.values()), devices)
+            theirs = True
+        except NotImplementedError:
+            theirs = False
+        assert ours == theirs, (slice_name, physical, logical)
+        agreed[theirs] += 1
+    assert agreed[True] > 0
+
+
+@pytest.mark.parametrize("sizes, text", [
+    ({"fsdp": 16, "tensor": 4, "data": 1}, "fsdp=16,tensor=4"),
+    ({"data": 2, "fsdp": 1, "expert": 4}, "data=2,expert=4"),
+    ({"data": 1, "fsdp": 1}, "(all 1)"),
+    ({}, "(all 1)"),
+])
+def test_format_axes_leaves_out_size_one(sizes, text):
+    from tpujob_plan.mesh import format_axes
+    assert format_axes(sizes) == text
+
+
+@pytest.mark.parametrize("batch, accum, axes, says", [
+    (8, 1, {"fsdp": 4}, None),
+    (6, 1, {"fsdp": 4}, "a batch of 6 sequences (global_batch / grad_accum) must split evenly "
+                        "over the 4 batch shards (data x fsdp x expert = fsdp=4); use a "
+                        "multiple of 4"),
+    (16, 2, {"data": 2, "fsdp": 2, "expert": 2}, None),
+    (16, 4, {"data": 2, "fsdp": 2, "expert": 2}, "a batch of 4 sequences"),
+    (12, 0, {"fsdp": 4}, None),                 # grad_accum 0 counts as 1
+    (4, 1, {"tensor": 8, "context": 2}, None),  # model axes do not split the batch
+    (3, 1, {"data": 3, "tensor": 2}, None),
+    (2, 1, {"data": 3}, "over the 3 batch shards (data x fsdp x expert = data=3)"),
+])
+def test_batch_split_error_counts_data_fsdp_and_expert(batch, accum, axes, says):
+    from tpujob_plan.mesh import batch_split_error
+    got = batch_split_error(batch, accum, axes)
+    assert (got is None) == (says is None), got
+    if says:
+        assert says in got
+
+
+def test_the_whole_mesh_multiplies_ici_by_dcn():
+    m = _plan("v6e-16", {"fsdp": 4, "tensor": 4}, {"data": 2, "fsdp": 2}, slices=4)
+    assert m.valid and m.axes == {"data": 2, "fsdp": 8, "context": 1, "tensor": 4, "expert": 1}
+    assert m.to_dict()["axes"] == m.axes and m.to_dict()["valid"] is True
