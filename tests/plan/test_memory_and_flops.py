@@ -223,3 +223,58 @@ def test_memory_notes_say_what_does_not_split(batch, accum, seq, mesh, says):
         assert est.notes == []
     else:
         assert [n for n in est.notes if says in n], est.notes
+
+
+@pytest.mark.parametrize("preset, total, active", [
+    # Published parameter counts (the models' released checkpoints).
+    ("llama2-7b", 6_738_415_616, 6_738_415_616),
+    ("llama3-8b", 8_030_261_248, 8_030_261_248),
+    ("llama3-70b", 70_553_706_496, 70_553_706_496),
+    ("llama3-405b", 405_853_388_800, 405_853_388_800),
+    ("mixtral-8x7b", 46_702_792_704, 12_879_925_248),
+    # Qwen3-30B-A3B's checkpoint has 30,532,122,624; the shape leaves out its per-head q/k
+    # norm weights (48 layers x 2 x 128), which no memory or FLOP figure notices.
+    ("qwen3-30b-a3b", 30_532_122_624 - 48 * 2 * 128, None),
+    ("anchor-12m", 12_587_264, 12_587_264),  # MaxText's own count of the same model
+])
+def test_preset_parameter_counts_match_the_published_models(preset, total, active):
+    from tpujob_plan.model_shape import PRESETS
+
+    shape = PRESETS[preset]
+    shape = shape if hasattr(shape, "total_params") else shape.to_shape()
+    assert shape.total_params == total
+    if active is not None:
+        assert shape.active_params == active
+
+
+@pytest.mark.parametrize("first_dense, every, layers, moe", [
+    (0, 1, 4, [0, 1, 2, 3]),
+    (1, 1, 4, [1, 2, 3]),
+    (0, 2, 5, [0, 2, 4]),
+    (1, 2, 6, [1, 3, 5]),
+    (3, 1, 3, []),
+])
+def test_which_layers_are_moe(first_dense, every, layers, moe):
+    from tpujob_plan.model_shape import ModelShape
+
+    shape = ModelShape(**{**SMALL, "n_layers": layers}, num_experts=4, experts_per_token=1,
+                       moe_every=every, first_dense_layers=first_dense)
+    assert [i for i in range(layers) if shape.is_moe_layer(i)] == moe
+    assert (shape.n_moe_layers, shape.n_dense_layers) == (len(moe), layers - len(moe))
+    dense = ModelShape(**{**SMALL, "n_layers": layers})
+    assert not any(dense.is_moe_layer(i) for i in range(layers)) and not dense.is_moe
+
+
+def test_parameter_terms_by_hand():
+    from tpujob_plan.model_shape import ModelShape
+
+    s = ModelShape(**SMALL, num_experts=4, experts_per_token=2, num_shared_experts=1,
+                   moe_mlp_dim=8)
+    assert s.attention_params == 8 * (2 + 2 * 1) * 4 + 2 * 4 * 8 == 192
+    assert s.dense_mlp_params == 3 * 8 * 16
+    assert s.expert_params == 3 * 8 * 8
+    assert s.moe_mlp_params == 8 * 4 + (4 + 1) * 3 * 8 * 8
+    assert s.embedding_params == 2 * 32 * 8
+    assert ModelShape(**SMALL, tie_embeddings=True).embedding_params == 32 * 8
+    assert s.norm_params == (2 * 2 + 1) * 8
+    assert ModelShape(**SMALL, num_experts=4, experts_per_token=1).expert_params == 3 * 8 * 16
