@@ -253,6 +253,7 @@ def test_preset_parameter_counts_match_the_published_models(preset, total, activ
     (0, 2, 5, [0, 2, 4]),
     (1, 2, 6, [1, 3, 5]),
     (3, 1, 3, []),
+    (1, 3, 8, [1, 4, 7]),
 ])
 def test_which_layers_are_moe(first_dense, every, layers, moe):
     from tpujob_plan.model_shape import ModelShape
@@ -278,3 +279,19 @@ def test_parameter_terms_by_hand():
     assert ModelShape(**SMALL, tie_embeddings=True).embedding_params == 32 * 8
     assert s.norm_params == (2 * 2 + 1) * 8
     assert ModelShape(**SMALL, num_experts=4, experts_per_token=1).expert_params == 3 * 8 * 16
+
+
+def test_tiny_preset_and_expert_terms_by_hand():
+    from dataclasses import FrozenInstanceError
+
+    from tpujob_plan.model_shape import PRESETS, ModelShape
+
+    # tiny: attention 64*(4+2*2)*16 + 4*16*64, SwiGLU 3*64*256, embeddings 2*256*64, 5 norms.
+    assert PRESETS["tiny"].total_params == 2 * (12288 + 49152) + 32768 + 5 * 64 == 155_968
+    one = ModelShape(**SMALL, num_experts=1, experts_per_token=1)
+    assert one.is_moe and one.n_moe_layers == 2
+    moe = ModelShape(**SMALL, num_experts=4, experts_per_token=2, moe_mlp_dim=8)
+    assert moe.expert_weight_params == 2 * 4 * (3 * 8 * 8)
+    assert moe.active_params == moe.total_params - 2 * 4 * 192 + 2 * 2 * 192
+    with pytest.raises(FrozenInstanceError):
+        moe.d_model = 16

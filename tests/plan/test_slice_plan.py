@@ -131,3 +131,24 @@ def test_per_device_figures():
     assert p.peak_tflops_per_device == pytest.approx(1153.5)
     p = plan_slice("v6e-16")
     assert p.hbm_bytes_per_device == 32e9 and p.peak_tflops_per_device == 918
+
+
+@pytest.mark.parametrize("slices, ok", [(1, True), (1024, True), (1025, False), (0, False)])
+def test_slices_run_from_1_to_1024(slices, ok):
+    from tpujob_plan.errors import PlanError
+    from tpujob_plan.slice_plan import plan_slice
+    if ok:
+        assert plan_slice("v6e-16", slices=slices).slices == slices
+    else:
+        with pytest.raises(PlanError, match="from 1 to 1024"):
+            plan_slice("v6e-16", slices=slices)
+
+
+def test_a_plan_is_a_value_with_one_container_per_host_by_default():
+    from dataclasses import FrozenInstanceError
+
+    from tpujob_plan.slice_plan import plan_slice
+    plan = plan_slice("tpu7x-64")
+    assert plan.containers_per_host == 1
+    with pytest.raises(FrozenInstanceError):
+        plan.slices = 2
