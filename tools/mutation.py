@@ -106,6 +106,15 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "6144 -> 6145"): "no tpu7x topology has 6145 chips",
     ("trainer/tpujob_plan/flops.py", "moe_ffn = 0.0", "0.0 -> 1"):
         "a dense shape has no MoE layer, so moe_ffn is multiplied by 0; a MoE one reassigns it",
+    ("trainer/tpujob_plan/memory.py",
+     'compute_bytes: int = 2, optimizer: str = "adamw", grad_accum: int = 1,', "1 -> 0"):
+        "grad_accum is only read through max(grad_accum, 1) and grad_accum > 1",
+    ("trainer/tpujob_plan/memory.py",
+     "shape.dense_mlp_params if shape.n_dense_layers else 0,", "0 -> 1"):
+        "only the max with the MoE layer's parameters is taken, which are far above 1",
+    ("trainer/tpujob_plan/memory.py",
+     "shape.moe_mlp_params / expert if shape.n_moe_layers else 0)", "0 -> 1"):
+        "only the max with the dense layer's parameters is taken, which are far above 1",
     ("trainer/tpujob_plan/catalog.py", "elif count is None or count > counts[-1]:", "> -> >="):
         "a count equal to the largest is a valid size and returned before this line",
 }

@@ -295,3 +295,34 @@ def test_tiny_preset_and_expert_terms_by_hand():
     assert moe.active_params == moe.total_params - 2 * 4 * 192 + 2 * 2 * 192
     with pytest.raises(FrozenInstanceError):
         moe.d_model = 16
+
+
+def test_memory_context_axis_defaults_and_the_remat_choice():
+    from dataclasses import FrozenInstanceError
+
+    from tpujob_plan.memory import choose_remat, estimate_memory
+    from tpujob_plan.model_shape import PRESETS, ModelShape
+
+    shape = ModelShape(**SMALL)
+    p = shape.total_params
+    # context=2 shards the state and the tokens (not the batch).
+    ctx = estimate_memory(shape, global_batch=2, seq_len=8, mesh={"fsdp": 2, "context": 2})
+    assert ctx.breakdown["params"] == p * 4 / 4 and ctx.tokens_per_device == 2 * 8 / (2 * 2)
+    assert ctx.notes == []                         # a batch of 2 over 2 shards splits evenly
+    # grad_accum 0 counts as 1; the default capacity factor is 1.25.
+    zero = estimate_memory(shape, global_batch=4, seq_len=8, mesh={}, grad_accum=0)
+    assert zero.tokens_per_device == 32 and "gradientAccumulator" not in zero.breakdown
+    moe = ModelShape(**SMALL, num_experts=4, experts_per_token=2, moe_mlp_dim=8)
+    default = estimate_memory(moe, global_batch=1, seq_len=8, mesh={}, remat="minimal")
+    # minimal: 3d + 2q + 2kv + 2 x hidden + router, hidden = (2 x 1.25) x 8 experts' mlp
+    per_layer = 24 + 16 + 8 + 2 * (2 * 1.25 * 8) + 2 * 4
+    assert default.breakdown["activations"] == pytest.approx(2 * per_layer * 8 * 2)
+    with pytest.raises(FrozenInstanceError):
+        default.remat = "none"
+    # Nothing fits in 1 byte: the most recomputation is the answer; everything fits in 1 TB.
+    assert choose_remat(shape, global_batch=4, seq_len=8, mesh={}, hbm_bytes=1) == "full"
+    assert choose_remat(shape, global_batch=4, seq_len=8, mesh={}, hbm_bytes=1e12) == "none"
+    # to_dict in GiB to 3 decimals.
+    big = estimate_memory(PRESETS["llama3-8b"], global_batch=8, seq_len=4096, mesh={"fsdp": 8})
+    assert big.to_dict()["perDeviceGiB"] == round(big.per_device_bytes / 1024**3, 3)
+    assert big.to_dict()["breakdown"]["params"] == round(big.breakdown["params"] / 1024**3, 3)
