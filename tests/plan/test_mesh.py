@@ -124,6 +124,13 @@ def test_suggestions_keep_the_tensor_axis_asked_for():
 
 # The whole check (small-slice rules included) against JAX's create_device_mesh itself, on fake
 # TPU devices of each generation: JAX builds the mesh exactly when the plan says it is valid.
+def _layouts4(total):
+    divisors = [d for d in range(1, total + 1) if total % d == 0]
+    for sizes in itertools.product(divisors, repeat=4):
+        if math.prod(sizes) == total:
+            yield dict(zip(("data", "fsdp", "tensor", "expert"), sizes, strict=True))
+
+
 class _FakeTpu:
     platform = "tpu"
     process_index = 0
@@ -159,7 +166,7 @@ def test_valid_exactly_when_jax_create_device_mesh_builds_it(slice_name):
     mesh_utils = pytest.importorskip("jax._src.mesh_utils")
     devices, physical = _fake_devices(slice_name)
     agreed = {True: 0, False: 0}
-    for layout in _layouts(len(devices)):
+    for layout in itertools.chain(_layouts(len(devices)), _layouts4(len(devices))):
         logical = {a: layout.get(a, 1) for a in MESH_AXES}
         ours = plan_mesh(logical, devices_per_slice=len(devices), physical_dims=physical).valid
         try:
