@@ -115,6 +115,9 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("trainer/tpujob_plan/memory.py",
      "shape.moe_mlp_params / expert if shape.n_moe_layers else 0)", "0 -> 1"):
         "only the max with the dense layer's parameters is taken, which are far above 1",
+    ("trainer/tpujob_plan/mesh.py", "_SUGGESTION_BUDGET = 20000", "20000 -> 20001"):
+        "a budget one larger changes nothing unless a slice has over 20,000 factorizations "
+        "into the axes asked for; none has",
     ("trainer/tpujob_plan/catalog.py", "elif count is None or count > counts[-1]:", "> -> >="):
         "a count equal to the largest is a valid size and returned before this line",
 }

@@ -215,3 +215,17 @@ def test_the_whole_mesh_multiplies_ici_by_dcn():
     m = _plan("v6e-16", {"fsdp": 4, "tensor": 4}, {"data": 2, "fsdp": 2}, slices=4)
     assert m.valid and m.axes == {"data": 2, "fsdp": 8, "context": 1, "tensor": 4, "expert": 1}
     assert m.to_dict()["axes"] == m.axes and m.to_dict()["valid"] is True
+
+
+def test_a_refused_layout_says_which_physical_axes_were_left_and_keeps_what_was_asked():
+    m = _plan("tpu7x-64", {"fsdp": 8, "tensor": 4, "context": 2})
+    assert "once tensor=4 on 2x2 took its physical axes: the free physical axes are [4, 4]," \
+        in m.error
+    assert "logical_axis_index 2 of size 2" in m.error
+    bad = _plan("v6e-16", {"fsdp": 8})
+    assert not bad.valid
+    assert bad.to_dict()["axes"] == {"data": 1, "fsdp": 8, "context": 1, "tensor": 1,
+                                     "expert": 1}
+    from dataclasses import FrozenInstanceError
+    with pytest.raises(FrozenInstanceError):
+        bad.valid = True
