@@ -43,7 +43,8 @@ PLAN_TESTS = ["tests/plan/test_slice_plan.py", "tests/plan/test_catalog.py",
               "tests/plan/test_layers.py", "tests/plan/test_generations_facts.py"]
 BUILDER_TESTS = ["tests/builders/test_builder_pins.py", "tests/builders/test_jobset.py",
                  "tests/builders/test_fingerprint.py", "tests/builders/test_validation.py",
-                 "tests/builders/test_wiring.py", "tests/builders/test_restart_strategy.py"]
+                 "tests/builders/test_wiring.py", "tests/builders/test_restart_strategy.py",
+                 "tests/builders/test_local_checkpoints.py"]
 VALIDATION_TESTS = ["tests/builders/test_validation_pins.py", "tests/builders/test_validation.py",
                     "tests/builders/test_foreign_preflight.py",
                     "tests/builders/test_config_error_field_unit.py",

@@ -57,6 +57,9 @@ def test_each_medium_builds_its_volume_mounted_in_every_container(local, volume)
         pod = _pod(_job(local, slice_name=slice_name, containersPerHost=per_host))
         assert _volume(pod) == {"name": "local-checkpoints", **volume}
         assert len(pod["containers"]) == per_host
+        # One metrics port per process of a host (host networking): 9431, 9432.
+        assert [c["ports"][0]["containerPort"] for c in pod["containers"]] == \
+            [9431 + i for i in range(per_host)]
         for c in pod["containers"]:
             assert {"name": "local-checkpoints", "mountPath": MOUNT} in c["volumeMounts"]
             assert [e for e in c["env"] if e["name"] == ENV] == [{"name": ENV, "value": MOUNT}]
