@@ -15,14 +15,20 @@ from tests.apiserver.crds import WIDGET_CRD
 pytestmark = pytest.mark.integration
 
 
-def test_local_api_command(tmp_path: Path) -> None:
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # as a shell's background job inherits it
+
+
+@pytest.mark.parametrize("stop, inherited", [
+    (signal.SIGINT, None), (signal.SIGTERM, None), (signal.SIGINT, _ignore_sigint)])
+def test_local_api_command(tmp_path: Path, stop, inherited) -> None:
     kubeconfig = tmp_path / "kubeconfig"
     crd_file = tmp_path / "widget-crd.yaml"
     crd_file.write_text(yaml.safe_dump(WIDGET_CRD))
     process = subprocess.Popen(
         [sys.executable, "-m", "tpujob.cli.main", "local", "api", "--port", "0",
          "--kubeconfig", str(kubeconfig), "--crd", str(crd_file)],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, preexec_fn=inherited)
     try:
         first = process.stdout.readline()
         assert first.startswith("Kubernetes API server listening on http://127.0.0.1:"), (
@@ -34,7 +40,7 @@ def test_local_api_command(tmp_path: Path) -> None:
             assert "default" in names
             groups = {g.name for g in client.ApisApi(api_client).get_api_versions().groups}
             assert {"jobset.x-k8s.io", "contract.tpujob.dev"} <= groups
-        process.send_signal(signal.SIGINT)
+        process.send_signal(stop)
         assert process.wait(timeout=60) == 0  # a bound for a loaded machine, not a pause
     finally:
         if process.poll() is None:

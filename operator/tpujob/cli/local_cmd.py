@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -90,9 +91,14 @@ def run_api(args: argparse.Namespace) -> int:
     print(f"Kubernetes API server listening on {url}", flush=True)
     print(f"kubeconfig written to {path}; use it with:\n  export KUBECONFIG={path.resolve()}",
           flush=True)
+    # Handlers of our own: a process started in the background by a shell inherits SIGINT
+    # ignored, and Python then never raises KeyboardInterrupt for it.
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
     try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
+        while not stop.wait(0.5):
+            pass
         print("stopping", flush=True)
     finally:
         server.stop()
