@@ -127,9 +127,9 @@ def test_progress_is_read_from_process_zero(cluster, operator, metrics_endpoint)
     assert job["status"]["progress"]["lastStepTime"]
 
 
-def test_progress_from_the_log_asks_pods_log_and_a_missing_log_is_no_error(cluster, operator):
-    """A job whose progress comes from process 0's log: the operator asks pods/log for the
-    end of it (no kubelet serves this hand-made pod's log here), and the job runs on."""
+def _log_progress_job_running(cluster) -> str:
+    """A job whose progress comes from process 0's log, with that pod running and the JobSet
+    ready: its name."""
     n = name()
     cluster.create_job(n, trainer={"command": ["python3", "train.py"],
                                    "progress": {"source": "log", "format": "maxtext"}})
@@ -138,6 +138,13 @@ def test_progress_from_the_log_asks_pods_log_and_a_missing_log_is_no_error(clust
     cluster.set_jobset_status(n, replicatedJobsStatus=[{"name": "slice", "ready": 1,
                                                         "succeeded": 0, "failed": 0,
                                                         "active": 1, "suspended": 0}])
+    return n
+
+
+def test_progress_from_the_log_asks_pods_log_and_a_missing_log_is_no_error(cluster, operator):
+    """A job whose progress comes from process 0's log: the operator asks pods/log for the
+    end of it (no kubelet serves this hand-made pod's log here), and the job runs on."""
+    n = _log_progress_job_running(cluster)
     cluster.wait_phase(n, "Running")
     path = f"/api/v1/namespaces/{cluster.namespace}/pods/{n}-slice-0-0-x/log"
     asked = wait_for(lambda: [r for r in cluster.server.requests() if r.path.startswith(path)],
@@ -151,14 +158,7 @@ def test_progress_from_the_log_finds_process_zero_once_per_attempt(fresh):
     line yet is not a lost pod)."""
     operator = start_operator(fresh)
     try:
-        n = name()
-        fresh.create_job(n, trainer={"command": ["python3", "train.py"],
-                                     "progress": {"source": "log", "format": "maxtext"}})
-        fresh.wait_phase(n, "Starting")
-        create_trainer_pod(fresh, n, 0, 9431, phase="Running", podIP="127.0.0.1")
-        fresh.set_jobset_status(n, replicatedJobsStatus=[{"name": "slice", "ready": 1,
-                                                          "succeeded": 0, "failed": 0,
-                                                          "active": 1, "suspended": 0}])
+        _log_progress_job_running(fresh)
         wait_for(lambda: len([r for r in fresh.server.requests()
                               if r.resource == "pods/log"]) >= 3, message="three log reads")
         assert len([r for r in fresh.server.requests()
