@@ -40,7 +40,12 @@ def test_shapes_and_dtypes():
     params = nnx.state(model, nnx.Param)
     n = sum(x.size for x in jax.tree.leaves(params))
     assert n == cfg.to_shape().total_params
-    assert params["blocks"][0]["attn"]["wq_DxNxH"].get_value().dtype == jnp.float32
+    # Both layers in one stack: a leading layer axis that is never sharded.
+    wq = params["layers"][0]["attn"]["wq_DxNxH"]
+    assert wq.get_value().dtype == jnp.float32 and wq.get_value().shape == (2, 64, 4, 16)
+    assert wq.get_metadata()["axes"] == ("layers", "embed", "heads", None)
+    assert params["layers"][0]["attn_norm"]["scale"].get_metadata()["axes"] == ("layers", None)
+    assert len(model.layers) == 1
 
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
@@ -169,14 +174,16 @@ MOE = {"num_experts": 4, "experts_per_token": 2, "num_shared_experts": 1, "every
 def test_moe_layers_route_and_aux_loss_is_finite():
     cfg = ModelConfig(**{**TINY_MODEL, "n_layers": 3, "moe": MOE})
     model = Decoder(cfg, rngs=nnx.Rngs(0))
-    assert [b.is_moe for b in model.blocks] == [True, False, True]
+    # Three runs of one layer each: MoE, dense, MoE.
+    assert [(s.is_moe, s.attn.wq_DxNxH.shape[0]) for s in model.layers] == [
+        (True, 1), (False, 1), (True, 1)]
     logits, aux = forward(model, tokens(2, 16))
     assert np.isfinite(np.asarray(logits)).all()
     # Two MoE layers, each 1.0 when perfectly balanced, E (=4) at worst.
     assert 2.0 * 0.9 < float(aux) < 2 * 4.0
 
-    moe = model.blocks[0].mlp
-    assert isinstance(moe, MoE)
+    assert isinstance(model.layers[0].mlp, MoE)
+    moe = MoE(64, 128, cfg.moe, dtype=jnp.float32, param_dtype=jnp.float32, rngs=nnx.Rngs(0))
     x = jax.random.normal(jax.random.key(0), (2, 16, 64))
     y, layer_aux = forward(moe, x)
     assert y.shape == x.shape and np.isfinite(float(layer_aux))
@@ -188,7 +195,7 @@ def test_moe_layers_route_and_aux_loss_is_finite():
 
 def test_moe_capacity_drops_overflow_tokens():
     cfg = ModelConfig(**{**TINY_MODEL, "moe": {**MOE, "capacity_factor": 0.25, "num_shared_experts": 0}})
-    moe = Decoder(cfg, rngs=nnx.Rngs(0)).blocks[0].mlp
+    moe = MoE(64, 128, cfg.moe, dtype=jnp.float32, param_dtype=jnp.float32, rngs=nnx.Rngs(0))
     assert moe.capacity(16) == 2
     # Force every token to expert 0 and 1: only 2 tokens per expert fit, the rest get zeros.
     router = np.zeros((64, 4), np.float32)
@@ -212,8 +219,9 @@ def test_dense_then_moe_layers_scan_in_runs_of_one_kind_like_the_unrolled_model(
                          "moe": {**MOE, "every": 1, "first_dense_layers": 2}})
     scanned = Decoder(cfg, rngs=nnx.Rngs(0))
     unrolled = Decoder(cfg.model_copy(update={"scan_layers": False}), rngs=nnx.Rngs(0))
-    assert [[b.is_moe for b in run] for run in _runs(scanned.blocks)] == [[False, False],
-                                                                          [True, True]]
+    assert _runs([False, False, True, True]) == [(False, 2), (True, 2)]
+    assert [(s.is_moe, s.attn.wq_DxNxH.shape[0]) for s in scanned.layers] == [(False, 2),
+                                                                              (True, 2)]
     x = tokens(2, 16)
     (logits_s, aux_s), (logits_u, aux_u) = forward(scanned, x), forward(unrolled, x)
     np.testing.assert_allclose(np.asarray(logits_s), np.asarray(logits_u), rtol=1e-5, atol=1e-5)

@@ -37,13 +37,13 @@ def test_warmup_then_cosine_to_min():
 def test_decay_mask_and_muon_labels():
     params = tiny_params()
     mask = decay_mask(OptimizerConfig(), params)
-    assert mask["blocks"][0]["attn"]["wq_DxNxH"] is True
-    assert mask["blocks"][0]["attn_norm"]["scale"] is False
+    assert mask["layers"][0]["attn"]["wq_DxNxH"] is True
+    assert mask["layers"][0]["attn_norm"]["scale"] is False
     assert mask["embed_VxD"] is False and mask["head_DxV"] is False
     assert decay_mask(OptimizerConfig(decay_norms_and_embeddings=True), params)["embed_VxD"] is True
     labels = muon_labels(params)
-    assert labels["blocks"][1]["mlp"]["w_in_Dx2xF"] == "muon"
-    assert labels["blocks"][1]["attn"]["wo_NxHxD"] == "muon"
+    assert labels["layers"][0]["mlp"]["w_in_Dx2xF"] == "muon"
+    assert labels["layers"][0]["attn"]["wo_NxHxD"] == "muon"
     assert labels["embed_VxD"] == "adamw" and labels["final_norm"]["scale"] == "adamw"
 
 
@@ -55,8 +55,8 @@ def test_weight_decay_skips_norms_and_embeddings():
     updates, _ = tx.update(zeros, tx.init(params), params)
     assert float(jnp.abs(updates["embed_VxD"]).max()) == 0.0
     assert float(jnp.abs(updates["final_norm"]["scale"]).max()) == 0.0
-    w = params["blocks"][0]["mlp"]["w_out_FxD"]
-    np.testing.assert_allclose(updates["blocks"][0]["mlp"]["w_out_FxD"], -0.1 * 0.5 * w, rtol=1e-5)
+    w = params["layers"][0]["mlp"]["w_out_FxD"]
+    np.testing.assert_allclose(updates["layers"][0]["mlp"]["w_out_FxD"], -0.1 * 0.5 * w, rtol=1e-5)
 
 
 def run_steps(opt: OptimizerConfig, accum: int = 1, steps: int = 3, batch_size: int = 4):
@@ -109,3 +109,27 @@ def test_clipping_scales_the_gradient():
     assert deltas[1e-3] < deltas[None] / 100
     _, m = run_steps(OptimizerConfig(warmup_steps=0, clip_norm=1e-3), steps=1)
     assert m[0]["grad_norm"] > 1e-3
+
+
+@pytest.mark.parametrize("name,shape", [("wq_DxNxH", (8, 2, 4)), ("wo_NxHxD", (2, 4, 8)),
+                                        ("w_in_Dx2xF", (8, 2, 6)), ("w_out_FxD", (6, 8)),
+                                        ("w_in_ExDx2xF", (3, 8, 2, 6))])
+def test_muon_on_a_stack_of_layers_is_muon_on_each_layer(name, shape):
+    """Layers are stored stacked: Muon must orthogonalize each layer's matrix on its own, as it
+    would the layers' weights stored apart (the layer axis is one more independent axis)."""
+    from optax.contrib import scale_by_muon
+
+    from tpujob_trainer.optim import muon_dims
+
+    rng = np.random.default_rng(0)
+    layers = [jnp.asarray(rng.normal(size=shape), jnp.float32) for _ in range(3)]
+    grads = [jnp.asarray(rng.normal(size=shape), jnp.float32) for _ in range(3)]
+    tx = scale_by_muon(weight_dimension_numbers=lambda p: jax.tree.map_with_path(muon_dims, p))
+    apart = {f"l{i}": {name: w} for i, w in enumerate(layers)}
+    apart_g = {f"l{i}": {name: g} for i, g in enumerate(grads)}
+    want, _ = tx.update(apart_g, tx.init(apart), apart)
+    stacked, stacked_g = {name: jnp.stack(layers)}, {name: jnp.stack(grads)}
+    got, _ = tx.update(stacked_g, tx.init(stacked), stacked)
+    for i in range(3):
+        np.testing.assert_allclose(np.asarray(got[name][i]), np.asarray(want[f"l{i}"][name]),
+                                   rtol=1e-4, atol=1e-5)

@@ -14,8 +14,9 @@ from optax.contrib import MuonDimensionNumbers, scale_by_muon
 
 from tpujob_trainer.config.optimizer import OptimizerConfig
 
-# Input (reduction) and output axes of each hidden weight, for Muon's orthogonalization; the
-# other axes (gate/up pair, experts) are independent matrices.
+# Input (reduction) and output axes of each hidden weight of one layer, for Muon's
+# orthogonalization; the other axes (gate/up pair, experts) are independent matrices. Layers
+# are stored stacked on a leading axis, which is one more independent axis (`muon_dims`).
 MUON_DIMS: dict[str, MuonDimensionNumbers] = {
     "wq_DxNxH": MuonDimensionNumbers(0, (1, 2)),
     "wk_DxKxH": MuonDimensionNumbers(0, (1, 2)),
@@ -26,6 +27,8 @@ MUON_DIMS: dict[str, MuonDimensionNumbers] = {
     "w_in_ExDx2xF": MuonDimensionNumbers(1, 3),
     "w_out_ExFxD": MuonDimensionNumbers(1, 2),
 }
+# How many axes one layer's weight has: its name's shape letters (`wq_DxNxH`: 3).
+_LAYER_NDIM = {name: len(name.rsplit("_", 1)[1].split("x")) for name in MUON_DIMS}
 _NO_DECAY = ("embed_VxD", "head_DxV", "scale")
 
 
@@ -54,6 +57,18 @@ def decay_mask(cfg: OptimizerConfig, params):
     return jax.tree.map_with_path(one, params)
 
 
+def muon_dims(path, leaf) -> MuonDimensionNumbers:
+    """Muon's axes for a hidden weight, shifted past the leading layer axes of a stacked one."""
+    name = _name(path)
+    dims, extra = MUON_DIMS[name], leaf.ndim - _LAYER_NDIM[name]
+    if extra < 0:
+        raise ValueError(f"{name} has {leaf.ndim} axes, fewer than its name's {_LAYER_NDIM[name]}")
+
+    def shift(axes):
+        return tuple(a + extra for a in axes) if isinstance(axes, tuple) else axes + extra
+    return MuonDimensionNumbers(shift(dims.reduction_axis), shift(dims.output_axis))
+
+
 def muon_labels(params):
     return jax.tree.map_with_path(lambda p, _: "muon" if _name(p) in MUON_DIMS else "adamw", params)
 
@@ -68,8 +83,7 @@ def build_optimizer(cfg: OptimizerConfig, total_steps: int) -> tuple[optax.Gradi
     else:
         muon = optax.chain(
             scale_by_muon(beta=cfg.muon_momentum, nesterov=True,
-                          weight_dimension_numbers=lambda p: jax.tree.map_with_path(
-                              lambda path, _: MUON_DIMS[_name(path)], p)),
+                          weight_dimension_numbers=lambda p: jax.tree.map_with_path(muon_dims, p)),
             optax.add_decayed_weights(cfg.muon_weight_decay),
             optax.scale_by_learning_rate(build_schedule(cfg, total_steps, cfg.muon_lr)))
         tx = optax.multi_transform({"muon": muon, "adamw": adamw}, muon_labels)

@@ -48,50 +48,69 @@ class Block(nnx.Module):
         return shard(x_BxLxD + y_BxLxD, ("batch", "length", None)), aux
 
 
-def _apply_block(block: Block, x_BxLxD: jax.Array) -> tuple[jax.Array, jax.Array]:
-    return block(x_BxLxD)
-
-
-def _runs(blocks) -> list[list[Block]]:
-    """Consecutive blocks of the same kind (dense or MoE): each run is one scan."""
-    runs: list[list[Block]] = []
-    for block in blocks:
-        if runs and runs[-1][0].is_moe == block.is_moe:
-            runs[-1].append(block)
+def _runs(kinds: list[bool]) -> list[tuple[bool, int]]:
+    """Consecutive layers of the same kind (dense or MoE) as (is_moe, count): each run's layers
+    are stored stacked and applied by one scan."""
+    runs: list[tuple[bool, int]] = []
+    for is_moe in kinds:
+        if runs and runs[-1][0] == is_moe:
+            runs[-1] = (is_moe, runs[-1][1] + 1)
         else:
-            runs.append([block])
+            runs.append((is_moe, 1))
     return runs
+
+
+def stack_blocks(blocks: list[Block]) -> Block:
+    """One Block whose parameters hold these same-kind blocks' parameters on a new leading axis
+    (logical axis `layers`, never sharded), as MaxText stores scanned layers. Stored stacked, the
+    step neither stacks the weights nor splits their gradients and optimizer state, and the
+    optimizer updates one array per weight kind rather than one per layer."""
+    graphdef, state = nnx.split(blocks[0])
+    stacked = jax.tree.map(lambda *ws: jnp.stack(ws),
+                           *[nnx.to_pure_dict(nnx.split(b)[1]) for b in blocks])
+    nnx.replace_by_pure_dict(state, stacked)
+    block = nnx.merge(graphdef, state)
+    for _, v in nnx.iter_graph(block):
+        if isinstance(v, nnx.Param):
+            axes = v.get_metadata().get("axes") or (None,) * (v.get_value().ndim - 1)
+            v.set_metadata("axes", ("layers", *axes))
+    return block
 
 
 # Parameters used in float32 whatever the compute dtype (norm scales, the MoE router).
 _KEEP_DTYPE = ("scale", "router_DxE")
 
 
-def _scan_blocks(run: list[Block], x_BxLxD: jax.Array, remat: str) -> tuple[jax.Array, jax.Array]:
-    """Apply a run of same-kind blocks by `jax.lax.scan` over their parameters, stacked here on a
-    leading layer axis (the stored parameters keep one entry per block); remat is per layer.
+def _apply_stack(stack: Block, x_BxLxD: jax.Array, remat: str, scan: bool
+                 ) -> tuple[jax.Array, jax.Array]:
+    """Apply a stack of same-kind layers in order: one `jax.lax.scan` over the stacked
+    parameters, or (scan off) one layer after another; remat is per layer either way."""
+    graphdef, state = nnx.split(stack)
+    params = nnx.to_pure_dict(state)
 
-    The weight matrices are cast to the compute dtype once, before the scan, rather than in
-    each layer where remat would cast them again in the backward pass (the layers' own casts
-    are then no-ops: the same values reach the matmuls)."""
-    graphdef, _ = nnx.split(run[0])
-    dt = x_BxLxD.dtype
+    def layer(x, p):
+        return nnx.merge(graphdef, p)(x)
 
-    def stack(path, *ws):
-        w = jnp.stack(ws)
-        name = str(getattr(path[-1], "key", path[-1]))
-        return w if name in _KEEP_DTYPE else w.astype(dt)
-
-    stacked = jax.tree.map_with_path(stack, *[nnx.to_pure_dict(nnx.split(b)[1]) for b in run])
-
-    def layer(x, params):
-        return nnx.merge(graphdef, params)(x)
-
+    if scan:
+        # The weight matrices are cast to the compute dtype once, before the scan, rather than
+        # in each layer where remat would cast them again in the backward pass (the layers'
+        # own casts are then no-ops: the same values reach the matmuls).
+        dt = x_BxLxD.dtype
+        params = jax.tree.map_with_path(
+            lambda path, w: w if str(getattr(path[-1], "key", path[-1])) in _KEEP_DTYPE
+            else w.astype(dt), params)
+        if remat != "none":
+            # Inside a scan the recomputation cannot be CSE'd with the forward pass: no barrier.
+            layer = jax.checkpoint(layer, policy=remat_policy(remat), prevent_cse=False)
+        x_BxLxD, aux_N = jax.lax.scan(layer, x_BxLxD, params)
+        return x_BxLxD, jnp.sum(aux_N)
     if remat != "none":
-        # Inside a scan the recomputation cannot be CSE'd with the forward pass: no barrier needed.
-        layer = jax.checkpoint(layer, policy=remat_policy(remat), prevent_cse=False)
-    x_BxLxD, aux_N = jax.lax.scan(layer, x_BxLxD, stacked)
-    return x_BxLxD, jnp.sum(aux_N)
+        layer = jax.checkpoint(layer, policy=remat_policy(remat), prevent_cse=True)
+    aux = jnp.zeros((), jnp.float32)
+    for i in range(jax.tree.leaves(params)[0].shape[0]):
+        x_BxLxD, layer_aux = layer(x_BxLxD, jax.tree.map(lambda w, i=i: w[i], params))
+        aux = aux + layer_aux
+    return x_BxLxD, aux
 
 
 class Decoder(nnx.Module):
@@ -104,8 +123,14 @@ class Decoder(nnx.Module):
         self.embed_VxD = init_param(rngs, (cfg.vocab_size, cfg.d_model), 1, pdt, ("vocab", "embed"),
                                     stddev=1.0)
         shape = cfg.to_shape()
-        self.blocks = nnx.List([Block(cfg, moe=shape.is_moe_layer(i), rngs=rngs)
-                                for i in range(cfg.n_layers)])
+        # Built layer by layer (the same random draws whatever the storage), then stored as one
+        # stack per run of same-kind layers: `layers[r]` holds run r's parameters on axis 0.
+        blocks = [Block(cfg, moe=shape.is_moe_layer(i), rngs=rngs) for i in range(cfg.n_layers)]
+        self.layers = nnx.List([])
+        start = 0
+        for _, count in _runs([b.is_moe for b in blocks]):
+            self.layers.append(stack_blocks(blocks[start:start + count]))
+            start += count
         self.final_norm = RMSNorm(cfg.d_model, eps=cfg.norm_eps, dtype=self.dtype, param_dtype=pdt)
         self.head_DxV = (None if cfg.tie_embeddings else
                          init_param(rngs, (cfg.d_model, cfg.vocab_size), cfg.d_model, pdt, ("embed", "vocab"),
@@ -118,17 +143,9 @@ class Decoder(nnx.Module):
         x_BxLxD = jnp.take(self.embed_VxD[...], tokens_BxL, axis=0).astype(self.dtype)
         x_BxLxD = shard(x_BxLxD, ("batch", "length", None))
         aux = jnp.zeros((), jnp.float32)
-        if self.scan_layers:
-            for run in _runs(self.blocks):
-                x_BxLxD, run_aux = _scan_blocks(run, x_BxLxD, self.remat)
-                aux = aux + run_aux
-        else:
-            apply = _apply_block
-            if self.remat != "none":
-                apply = nnx.remat(_apply_block, policy=remat_policy(self.remat), prevent_cse=True)
-            for block in self.blocks:
-                x_BxLxD, block_aux = apply(block, x_BxLxD)
-                aux = aux + block_aux
+        for stack in self.layers:
+            x_BxLxD, run_aux = _apply_stack(stack, x_BxLxD, self.remat, self.scan_layers)
+            aux = aux + run_aux
         x_BxLxD = self.final_norm(x_BxLxD)
         if self.head_DxV is None:
             logits_BxLxV = jnp.einsum("bld,vd->blv", x_BxLxD, self.embed_VxD[...].astype(self.dtype))
