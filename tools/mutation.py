@@ -67,7 +67,9 @@ MODULES: dict[str, list[str]] = {
     "operator/tpujob/builders/trainer_config.py": BUILDER_TESTS,
     "operator/tpujob/builders/wiring.py": BUILDER_TESTS + ["tests/executor/test_podenv_unit.py"],
     "operator/tpujob/validation.py": VALIDATION_TESTS,
-    "operator/tpujob/controller/decide.py": ["tests/controller/test_decide.py"],
+    "operator/tpujob/controller/decide.py": ["tests/controller/test_decide.py",
+                                             "tests/controller/test_decide_status.py",
+                                             "tests/controller/test_goodput_wiring.py"],
     "operator/tpujob/controller/observe.py": ["tests/controller/test_observe.py"],
     "trainer/tpujob_trainer/exits.py": ["tests/trainer/test_contract.py",
                                         "tests/controller/test_observe.py"],
@@ -119,6 +121,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("trainer/tpujob_plan/mesh.py", "_SUGGESTION_BUDGET = 20000", "20000 -> 20001"):
         "a budget one larger changes nothing unless a slice has over 20,000 factorizations "
         "into the axes asked for; none has",
+    ("operator/tpujob/controller/decide.py",
+     "step = max(prev.last_checkpoint_step, reading.last_checkpoint_step or 0)", "0 -> 1"):
+        "only reached when prev.last_checkpoint_step is truthy, so at least 1 (a step number "
+        "is >= 0): the max is the same with 0 or 1",
     ("trainer/tpujob_plan/catalog.py", "elif count is None or count > counts[-1]:", "> -> >="):
         "a count equal to the largest is a valid size and returned before this line",
 }
