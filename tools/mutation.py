@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 STATE = ROOT / ".mutation"
 RESULTS = STATE / "results.jsonl"
-COPIED = ("operator", "trainer", "tests", "charts", "manifests", "pyproject.toml")
+COPIED = ("operator", "trainer", "tests", "charts", "manifests", "docs", "pyproject.toml")
 PER_MUTANT_TIMEOUT_S = 120.0
 
 PLAN_TESTS = ["tests/plan/test_slice_plan.py", "tests/plan/test_catalog.py",
@@ -71,7 +71,8 @@ MODULES: dict[str, list[str]] = {
                                              "tests/controller/test_decide_status.py",
                                              "tests/controller/test_goodput_wiring.py"],
     "operator/tpujob/controller/observe.py": ["tests/controller/test_observe.py"],
-    "trainer/tpujob_trainer/exits.py": ["tests/trainer/test_contract.py",
+    "trainer/tpujob_trainer/exits.py": ["tests/trainer/test_termination_message.py",
+                                        "tests/trainer/test_contract.py",
                                         "tests/controller/test_observe.py"],
     "operator/tpujob/local/apiserver/patch.py": ["tests/apiserver/test_patch_unit.py"],
     "operator/tpujob/local/apiserver/selectors.py": ["tests/apiserver/test_selectors_unit.py"],
