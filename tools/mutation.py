@@ -122,6 +122,20 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("trainer/tpujob_plan/mesh.py", "_SUGGESTION_BUDGET = 20000", "20000 -> 20001"):
         "a budget one larger changes nothing unless a slice has over 20,000 factorizations "
         "into the axes asked for; none has",
+    ("operator/tpujob/builders/wiring.py",
+     'return ",".join(str(d) for d in (*dims, 1, 1)[:3])', "1 -> 0"):
+        "both callers pass 3 numbers, so the padding is never read",
+    ("operator/tpujob/builders/wiring.py",
+     "process_grid = (1, 2, 1) if chips == 2 else (1, 1, 1)", "1 -> 0"):
+        "the (1, 1, 1) branch: only tpu7x-standard-4t runs 2 containers a host (plan_slice "
+        "refuses any other), 2 chips each, so chips is always 2 here (the 1s of (1, 2, 1) are "
+        "pinned by TPU_CHIPS_PER_PROCESS_BOUNDS)",
+    ("operator/tpujob/builders/wiring.py",
+     "process_bounds = tuple(t // p for t, p in zip((*topology, 1, 1)[:3], process_grid,",
+     "1 -> 0"): "only tpu7x runs 2 containers a host, and its topologies are all 3-D, so the "
+                "padding is never read",
+    ("operator/tpujob/builders/wiring.py", "strict=True))", "True -> False"):
+        "both sides of the zip have 3 items whatever the topology",
     ("operator/tpujob/controller/decide.py",
      "step = max(prev.last_checkpoint_step, reading.last_checkpoint_step or 0)", "0 -> 1"):
         "only reached when prev.last_checkpoint_step is truthy, so at least 1 (a step number "
