@@ -70,7 +70,8 @@ MODULES: dict[str, list[str]] = {
     "operator/tpujob/controller/decide.py": ["tests/controller/test_decide.py",
                                              "tests/controller/test_decide_status.py",
                                              "tests/controller/test_goodput_wiring.py"],
-    "operator/tpujob/controller/observe.py": ["tests/controller/test_observe.py"],
+    "operator/tpujob/controller/observe.py": ["tests/controller/test_observe.py",
+                                              "tests/controller/test_goodput_wiring.py"],
     "trainer/tpujob_trainer/exits.py": ["tests/trainer/test_termination_message.py",
                                         "tests/trainer/test_contract.py",
                                         "tests/controller/test_observe.py"],
@@ -140,6 +141,13 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "step = max(prev.last_checkpoint_step, reading.last_checkpoint_step or 0)", "0 -> 1"):
         "only reached when prev.last_checkpoint_step is truthy, so at least 1 (a step number "
         "is >= 0): the max is the same with 0 or 1",
+    ("operator/tpujob/controller/observe.py",
+     "_RANK = {FailureReason.PREEMPTED: 1, FailureReason.ERROR: 2}", "2 -> 3"):
+        "the ranks only sort (others 0, then 1, then 2 or 3): the same order",
+    ("operator/tpujob/controller/observe.py",
+     "found.append((index if isinstance(index, int) else 1 << 30, reading))", "30 -> 31"):
+        "the key only puts process 0 first; the others keep only their step, which goodput "
+        "takes the max of, so their order changes nothing",
     ("trainer/tpujob_plan/catalog.py", "elif count is None or count > counts[-1]:", "> -> >="):
         "a count equal to the largest is a valid size and returned before this line",
 }
