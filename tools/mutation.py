@@ -137,6 +137,9 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
                 "padding is never read",
     ("operator/tpujob/builders/wiring.py", "strict=True))", "True -> False"):
         "both sides of the zip have 3 items whatever the topology",
+    ("operator/tpujob/local/apiserver/patch.py",
+     "return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))",
+     "True -> False"): "the lengths are compared first, so zip never sees lists of two lengths",
     ("operator/tpujob/controller/decide.py",
      "step = max(prev.last_checkpoint_step, reading.last_checkpoint_step or 0)", "0 -> 1"):
         "only reached when prev.last_checkpoint_step is truthy, so at least 1 (a step number "
