@@ -120,6 +120,63 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("trainer/tpujob_plan/memory.py",
      "shape.moe_mlp_params / expert if shape.n_moe_layers else 0)", "0 -> 1"):
         "only the max with the dense layer's parameters is taken, which are far above 1",
+    ("trainer/tpujob_plan/mesh.py",
+     "return devices % 8 == 0 and devices <= 32 and physical[0] <= 2 and physical[1] <= 2",
+     "0 -> 1"):
+        "every tpu7x slice of at most 32 devices has x = y (2x2, or 1x1 with 2 devices), so "
+        "checking x twice or y twice is the same",
+    ("trainer/tpujob_plan/mesh.py",
+     "return devices % 8 == 0 and devices <= 32 and physical[0] <= 2 and physical[1] <= 2",
+     "1 -> 0"):
+        "every tpu7x slice of at most 32 devices has x = y (2x2, or 1x1 with 2 devices), so "
+        "checking x twice or y twice is the same",
+    ("trainer/tpujob_plan/mesh.py",
+     "return devices % 8 == 0 and devices <= 32 and physical[0] <= 2 and physical[1] <= 2",
+     "2 -> 3"):
+        "no TPU topology has a dimension of 3 (they are 1, 2 or multiples of 4)",
+    ("trainer/tpujob_plan/mesh.py",
+     "return devices % 8 == 0 and devices <= 32 and physical[0] <= 2 and physical[1] <= 2",
+     "32 -> 33"):
+        "devices is a multiple of 8 here: none lies between 32 and 33",
+    ("trainer/tpujob_plan/mesh.py",
+     "if z == 1 and (x, y) in {(2, 2), (2, 4)}:       # v5e / v6e 2x2 and 2x4", "2 -> 3"):
+        "the 2x2 rule is redundant: on a 2x2 torus any layout of 4 devices (4, or 2 and 2) is "
+        "placed by the assignment too; and no topology is 3x2 or 2x3 (test_mesh checks every "
+        "layout against JAX)",
+    ("trainer/tpujob_plan/mesh.py",
+     "if z == 1 and (x, y) == (4, 4):                  # v5e / v6e 4x4, one 16-way axis", "1 -> 0"):
+        "the 4x4 rule is redundant: the one layout it accepts (an axis of 16) the assignment "
+        "places on 4x4 too, and for any other it answers no and the assignment decides "
+        "(test_mesh checks every layout against JAX)",
+    ("trainer/tpujob_plan/mesh.py",
+     "if z == 1 and (x, y) == (4, 4):                  # v5e / v6e 4x4, one 16-way axis", "4 -> 5"):
+        "the 4x4 rule is redundant (see 1 -> 0 on this line), and no topology is 5x4 or 4x5",
+    ("trainer/tpujob_plan/mesh.py",
+     "return max(ici.values()) == 16", "16 -> 17"):
+        "the 4x4 rule is redundant: with it never true, the assignment places the axis of 16 on "
+        "4x4 all the same",
+    ("trainer/tpujob_plan/mesh.py",
+     "return (x, y, z) == (2, 2, 2)                    # v5p 2x2x2", "2 -> 3"):
+        "the 2x2x2 rule is redundant: any layout of 8 devices (8, 4 and 2, or three 2s) is "
+        "placed on 2x2x2 by the assignment too; and no topology has a dimension of 3",
+    ("trainer/tpujob_plan/mesh.py",
+     'named = [a for a in MESH_AXES if ici.get(a, 1) > 1] or ["fsdp"]', "1 -> 0"):
+        "the default of ici.get: a missing axis is not > 1 whether read as 1 or 0 (the other "
+        "1 -> 0 of this line, `> 0`, is pinned)",
+    ("trainer/tpujob_plan/mesh.py",
+     "layout = {a: 1 for a in MESH_AXES} | dict(zip(named, sizes, strict=True))", "True -> False"):
+        "named and each factorization have the same length by construction",
+    ("trainer/tpujob_plan/mesh.py",
+     'model = [a for a in ("tensor", "expert") if ici.get(a, 1) > 1]', "1 -> 0"):
+        "tensor or expert of size 1 (or missing) counted as asked for adds the same 1 to "
+        "model_dropped and 0 to model_moved for every candidate, whose unnamed axes are all 1: "
+        "the order is the same",
+    ("trainer/tpujob_plan/mesh.py",
+     'model = [a for a in ("tensor", "expert") if ici.get(a, 1) > 1]', "> -> >="):
+        "as `> 0`: an axis of size 1 counted as asked for shifts every candidate's key alike",
+    ("trainer/tpujob_plan/mesh.py",
+     "model_moved = sum(layout[a] != ici.get(a, 1) for a in model)", "1 -> 0"):
+        "every axis in `model` is in ici with a size above 1: the default is never read",
     ("trainer/tpujob_plan/mesh.py", "_SUGGESTION_BUDGET = 20000", "20000 -> 20001"):
         "a budget one larger changes nothing unless a slice has over 20,000 factorizations "
         "into the axes asked for; none has",
