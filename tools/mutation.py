@@ -35,7 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 STATE = ROOT / ".mutation"
 RESULTS = STATE / "results.jsonl"
-COPIED = ("operator", "trainer", "tests", "charts", "manifests", "pyproject.toml")
+COPIED = ("operator", "trainer", "tests", "charts", "manifests", "docs", "pyproject.toml")
 PER_MUTANT_TIMEOUT_S = 120.0
 
 PLAN_TESTS = ["tests/plan/test_slice_plan.py", "tests/plan/test_catalog.py",
@@ -67,9 +67,13 @@ MODULES: dict[str, list[str]] = {
     "operator/tpujob/builders/trainer_config.py": BUILDER_TESTS,
     "operator/tpujob/builders/wiring.py": BUILDER_TESTS + ["tests/executor/test_podenv_unit.py"],
     "operator/tpujob/validation.py": VALIDATION_TESTS,
-    "operator/tpujob/controller/decide.py": ["tests/controller/test_decide.py"],
-    "operator/tpujob/controller/observe.py": ["tests/controller/test_observe.py"],
-    "trainer/tpujob_trainer/exits.py": ["tests/trainer/test_contract.py",
+    "operator/tpujob/controller/decide.py": ["tests/controller/test_decide.py",
+                                             "tests/controller/test_decide_status.py",
+                                             "tests/controller/test_goodput_wiring.py"],
+    "operator/tpujob/controller/observe.py": ["tests/controller/test_observe.py",
+                                              "tests/controller/test_goodput_wiring.py"],
+    "trainer/tpujob_trainer/exits.py": ["tests/trainer/test_termination_message.py",
+                                        "tests/trainer/test_contract.py",
                                         "tests/controller/test_observe.py"],
     "operator/tpujob/local/apiserver/patch.py": ["tests/apiserver/test_patch_unit.py"],
     "operator/tpujob/local/apiserver/selectors.py": ["tests/apiserver/test_selectors_unit.py"],
@@ -116,9 +120,94 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("trainer/tpujob_plan/memory.py",
      "shape.moe_mlp_params / expert if shape.n_moe_layers else 0)", "0 -> 1"):
         "only the max with the dense layer's parameters is taken, which are far above 1",
+    ("trainer/tpujob_plan/mesh.py",
+     "return devices % 8 == 0 and devices <= 32 and physical[0] <= 2 and physical[1] <= 2",
+     "0 -> 1"):
+        "every tpu7x slice of at most 32 devices has x = y (2x2, or 1x1 with 2 devices), so "
+        "checking x twice or y twice is the same",
+    ("trainer/tpujob_plan/mesh.py",
+     "return devices % 8 == 0 and devices <= 32 and physical[0] <= 2 and physical[1] <= 2",
+     "1 -> 0"):
+        "every tpu7x slice of at most 32 devices has x = y (2x2, or 1x1 with 2 devices), so "
+        "checking x twice or y twice is the same",
+    ("trainer/tpujob_plan/mesh.py",
+     "return devices % 8 == 0 and devices <= 32 and physical[0] <= 2 and physical[1] <= 2",
+     "2 -> 3"):
+        "no TPU topology has a dimension of 3 (they are 1, 2 or multiples of 4)",
+    ("trainer/tpujob_plan/mesh.py",
+     "return devices % 8 == 0 and devices <= 32 and physical[0] <= 2 and physical[1] <= 2",
+     "32 -> 33"):
+        "devices is a multiple of 8 here: none lies between 32 and 33",
+    ("trainer/tpujob_plan/mesh.py",
+     "if z == 1 and (x, y) in {(2, 2), (2, 4)}:       # v5e / v6e 2x2 and 2x4", "2 -> 3"):
+        "the 2x2 rule is redundant: on a 2x2 torus any layout of 4 devices (4, or 2 and 2) is "
+        "placed by the assignment too; and no topology is 3x2 or 2x3 (test_mesh checks every "
+        "layout against JAX)",
+    ("trainer/tpujob_plan/mesh.py",
+     "if z == 1 and (x, y) == (4, 4):                  # v5e / v6e 4x4, one 16-way axis", "1 -> 0"):
+        "the 4x4 rule is redundant: the one layout it accepts (an axis of 16) the assignment "
+        "places on 4x4 too, and for any other it answers no and the assignment decides "
+        "(test_mesh checks every layout against JAX)",
+    ("trainer/tpujob_plan/mesh.py",
+     "if z == 1 and (x, y) == (4, 4):                  # v5e / v6e 4x4, one 16-way axis", "4 -> 5"):
+        "the 4x4 rule is redundant (see 1 -> 0 on this line), and no topology is 5x4 or 4x5",
+    ("trainer/tpujob_plan/mesh.py",
+     "return max(ici.values()) == 16", "16 -> 17"):
+        "the 4x4 rule is redundant: with it never true, the assignment places the axis of 16 on "
+        "4x4 all the same",
+    ("trainer/tpujob_plan/mesh.py",
+     "return (x, y, z) == (2, 2, 2)                    # v5p 2x2x2", "2 -> 3"):
+        "the 2x2x2 rule is redundant: any layout of 8 devices (8, 4 and 2, or three 2s) is "
+        "placed on 2x2x2 by the assignment too; and no topology has a dimension of 3",
+    ("trainer/tpujob_plan/mesh.py",
+     'named = [a for a in MESH_AXES if ici.get(a, 1) > 1] or ["fsdp"]', "1 -> 0"):
+        "the default of ici.get: a missing axis is not > 1 whether read as 1 or 0 (the other "
+        "1 -> 0 of this line, `> 0`, is pinned)",
+    ("trainer/tpujob_plan/mesh.py",
+     "layout = {a: 1 for a in MESH_AXES} | dict(zip(named, sizes, strict=True))", "True -> False"):
+        "named and each factorization have the same length by construction",
+    ("trainer/tpujob_plan/mesh.py",
+     'model = [a for a in ("tensor", "expert") if ici.get(a, 1) > 1]', "1 -> 0"):
+        "tensor or expert of size 1 (or missing) counted as asked for adds the same 1 to "
+        "model_dropped and 0 to model_moved for every candidate, whose unnamed axes are all 1: "
+        "the order is the same",
+    ("trainer/tpujob_plan/mesh.py",
+     'model = [a for a in ("tensor", "expert") if ici.get(a, 1) > 1]', "> -> >="):
+        "as `> 0`: an axis of size 1 counted as asked for shifts every candidate's key alike",
+    ("trainer/tpujob_plan/mesh.py",
+     "model_moved = sum(layout[a] != ici.get(a, 1) for a in model)", "1 -> 0"):
+        "every axis in `model` is in ici with a size above 1: the default is never read",
     ("trainer/tpujob_plan/mesh.py", "_SUGGESTION_BUDGET = 20000", "20000 -> 20001"):
         "a budget one larger changes nothing unless a slice has over 20,000 factorizations "
         "into the axes asked for; none has",
+    ("operator/tpujob/builders/wiring.py",
+     'return ",".join(str(d) for d in (*dims, 1, 1)[:3])', "1 -> 0"):
+        "both callers pass 3 numbers, so the padding is never read",
+    ("operator/tpujob/builders/wiring.py",
+     "process_grid = (1, 2, 1) if chips == 2 else (1, 1, 1)", "1 -> 0"):
+        "the (1, 1, 1) branch: only tpu7x-standard-4t runs 2 containers a host (plan_slice "
+        "refuses any other), 2 chips each, so chips is always 2 here (the 1s of (1, 2, 1) are "
+        "pinned by TPU_CHIPS_PER_PROCESS_BOUNDS)",
+    ("operator/tpujob/builders/wiring.py",
+     "process_bounds = tuple(t // p for t, p in zip((*topology, 1, 1)[:3], process_grid,",
+     "1 -> 0"): "only tpu7x runs 2 containers a host, and its topologies are all 3-D, so the "
+                "padding is never read",
+    ("operator/tpujob/builders/wiring.py", "strict=True))", "True -> False"):
+        "both sides of the zip have 3 items whatever the topology",
+    ("operator/tpujob/local/apiserver/patch.py",
+     "return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))",
+     "True -> False"): "the lengths are compared first, so zip never sees lists of two lengths",
+    ("operator/tpujob/controller/decide.py",
+     "step = max(prev.last_checkpoint_step, reading.last_checkpoint_step or 0)", "0 -> 1"):
+        "only reached when prev.last_checkpoint_step is truthy, so at least 1 (a step number "
+        "is >= 0): the max is the same with 0 or 1",
+    ("operator/tpujob/controller/observe.py",
+     "_RANK = {FailureReason.PREEMPTED: 1, FailureReason.ERROR: 2}", "2 -> 3"):
+        "the ranks only sort (others 0, then 1, then 2 or 3): the same order",
+    ("operator/tpujob/controller/observe.py",
+     "found.append((index if isinstance(index, int) else 1 << 30, reading))", "30 -> 31"):
+        "the key only puts process 0 first; the others keep only their step, which goodput "
+        "takes the max of, so their order changes nothing",
     ("trainer/tpujob_plan/catalog.py", "elif count is None or count > counts[-1]:", "> -> >="):
         "a count equal to the largest is a valid size and returned before this line",
 }

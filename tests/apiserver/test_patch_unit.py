@@ -87,3 +87,232 @@ def test_server_side_apply_removes_fields_no_longer_applied() -> None:
     merged = apply_server_side(live, applied, previous)
     assert merged == {"metadata": {"name": "w", "labels": {"b": "2"}},
                       "spec": {"x": 5, "z": 3}, "status": {"s": 1}}
+
+
+# RFC 7386, Appendix A: every example, as the RFC gives it.
+@pytest.mark.parametrize(("target", "patch", "expected"), [
+    ({"a": "b"}, {"a": "c"}, {"a": "c"}),
+    ({"a": "b"}, {"b": "c"}, {"a": "b", "b": "c"}),
+    ({"a": "b"}, {"a": None}, {}),
+    ({"a": "b", "b": "c"}, {"a": None}, {"b": "c"}),
+    ({"a": ["b"]}, {"a": "c"}, {"a": "c"}),
+    ({"a": "c"}, {"a": ["b"]}, {"a": ["b"]}),
+    ({"a": {"b": "c"}}, {"a": {"b": "d", "c": None}}, {"a": {"b": "d"}}),
+    ({"a": [{"b": "c"}]}, {"a": [1]}, {"a": [1]}),
+    (["a", "b"], ["c", "d"], ["c", "d"]),
+    ({"a": "b"}, ["c"], ["c"]),
+    ({"a": "foo"}, None, None),
+    ({"a": "foo"}, "bar", "bar"),
+    ({"e": None}, {"a": 1}, {"e": None, "a": 1}),
+    ([1, 2], {"a": "b", "c": None}, {"a": "b"}),
+    ({}, {"a": {"bb": {"ccc": None}}}, {"a": {"bb": {}}}),
+])
+def test_merge_patch_rfc7386_examples(target, patch, expected) -> None:
+    before = repr(target)
+    assert apply_merge_patch(target, patch) == expected
+    assert repr(target) == before  # the stored object is not patched in place
+
+
+# RFC 6902, Appendix A (A.1-A.16, those that are not about JSON syntax), and RFC 6901's pointers.
+@pytest.mark.parametrize(("doc", "ops", "expected"), [
+    ({"foo": "bar"}, [{"op": "add", "path": "/baz", "value": "qux"}],
+     {"baz": "qux", "foo": "bar"}),                                                     # A.1
+    ({"foo": ["bar", "baz"]}, [{"op": "add", "path": "/foo/1", "value": "qux"}],
+     {"foo": ["bar", "qux", "baz"]}),                                                   # A.2
+    ({"baz": "qux", "foo": "bar"}, [{"op": "remove", "path": "/baz"}], {"foo": "bar"}),  # A.3
+    ({"foo": ["bar", "qux", "baz"]}, [{"op": "remove", "path": "/foo/1"}],
+     {"foo": ["bar", "baz"]}),                                                          # A.4
+    ({"baz": "qux", "foo": "bar"}, [{"op": "replace", "path": "/baz", "value": "boo"}],
+     {"baz": "boo", "foo": "bar"}),                                                     # A.5
+    ({"foo": {"bar": "baz", "waldo": "fred"}, "qux": {"corge": "grault"}},
+     [{"op": "move", "from": "/foo/waldo", "path": "/qux/thud"}],
+     {"foo": {"bar": "baz"}, "qux": {"corge": "grault", "thud": "fred"}}),              # A.6
+    ({"foo": ["all", "grass", "cows", "eat"]}, [{"op": "move", "from": "/foo/1",
+                                                 "path": "/foo/3"}],
+     {"foo": ["all", "cows", "eat", "grass"]}),                                         # A.7
+    ({"baz": "qux", "foo": ["a", 2, "c"]},
+     [{"op": "test", "path": "/baz", "value": "qux"},
+      {"op": "test", "path": "/foo/1", "value": 2}], {"baz": "qux", "foo": ["a", 2, "c"]}),  # A.8
+    ({"foo": "bar"}, [{"op": "add", "path": "/child", "value": {"grandchild": {}}}],
+     {"foo": "bar", "child": {"grandchild": {}}}),                                      # A.10
+    ({"foo": "bar"}, [{"op": "add", "path": "/baz", "value": "qux", "xyz": 123}],
+     {"foo": "bar", "baz": "qux"}),                                                     # A.11
+    ({"/": 9, "~1": 10}, [{"op": "test", "path": "/~01", "value": 10}],
+     {"/": 9, "~1": 10}),                                                               # A.14
+    ({"foo": ["bar"]}, [{"op": "add", "path": "/foo/-", "value": ["abc", "def"]}],
+     {"foo": ["bar", ["abc", "def"]]}),                                                 # A.16
+    ({"a": {"b": [{"c": 1}]}}, [{"op": "replace", "path": "/a/b/0/c", "value": 2}],
+     {"a": {"b": [{"c": 2}]}}),                                  # through an array element
+    ({"a": [1, 2]}, [{"op": "add", "path": "/a/2", "value": 3}], {"a": [1, 2, 3]}),  # at the end
+    ({"a": 1}, [{"op": "add", "path": "", "value": {"b": 2}}], {"b": 2}),   # the whole document
+    ({"a": 1}, [{"op": "replace", "path": "", "value": [3]}], [3]),
+    ({"a": {"b": 1}}, [{"op": "copy", "from": "/a", "path": "/c"},
+                       {"op": "replace", "path": "/c/b", "value": 2}],
+     {"a": {"b": 1}, "c": {"b": 2}}),                            # a copy, not the same object
+    ({"a": {"b": 1}}, [{"op": "test", "path": "", "value": {"a": {"b": 1}}}], {"a": {"b": 1}}),
+    ({"l": [1, True]}, [{"op": "test", "path": "/l", "value": [1.0, True]}], {"l": [1, True]}),
+])
+def test_json_patch_rfc6902_examples(doc, ops, expected) -> None:
+    before = repr(doc)
+    assert apply_json_patch(doc, ops) == expected
+    assert repr(doc) == before
+
+
+@pytest.mark.parametrize(("doc", "ops", "code"), [
+    ({"baz": "qux"}, [{"op": "test", "path": "/baz", "value": "bar"}], 422),            # A.9
+    ({"foo": "bar"}, [{"op": "add", "path": "/baz/bat", "value": "qux"}], 422),         # A.12
+    ({"/": 9, "~1": 10}, [{"op": "test", "path": "/~01", "value": "10"}], 422),         # A.15
+    ({"n": 1}, [{"op": "test", "path": "/n", "value": True}], 422),       # true is not 1
+    ({"n": True}, [{"op": "test", "path": "/n", "value": 1}], 422),
+    ({"m": {"a": 1}}, [{"op": "test", "path": "/m", "value": {"a": 1, "b": 2}}], 422),
+    ({"l": [1]}, [{"op": "test", "path": "/l", "value": [1, 2]}], 422),
+    ({"m": {"a": 1}}, [{"op": "test", "path": "/m", "value": ["a"]}], 422),  # a map, no array
+    ({"l": ["a", "b"]}, [{"op": "test", "path": "/l", "value": "ab"}], 422),  # no string
+    ({"l": [1]}, [{"op": "test", "path": "/l/1", "value": 1}], 422),      # past the end
+    ({"l": [1]}, [{"op": "test", "path": "/m", "value": 1}], 422),
+    ({"l": [1, 2]}, [{"op": "remove", "path": "/l/-"}], 422),             # "-" names no element
+    ({"l": [1, 2]}, [{"op": "remove", "path": "/l/01"}], 422),            # no leading zeros
+    ({"l": [1, 2]}, [{"op": "remove", "path": "/l/x"}], 422),
+    ({"l": [1, 2]}, [{"op": "remove", "path": "/l/2"}], 422),
+    ({"l": [1, 2]}, [{"op": "replace", "path": "/l/2", "value": 0}], 422),
+    ({"l": [1, 2]}, [{"op": "replace", "path": "/m", "value": 0}], 422),   # replace needs it
+    ({"l": [[1]]}, [{"op": "add", "path": "/l/1/0", "value": 0}], 422),   # no element 1
+    ({"l": "s"}, [{"op": "add", "path": "/l/0", "value": 0}], 422),       # into a string
+    ({"l": "s"}, [{"op": "remove", "path": "/l/0"}], 422),
+    ({"a": 1}, [{"op": "remove", "path": ""}], 422),
+    ({"a": 1}, [{"op": "remove", "path": "a"}], 422),                     # a pointer starts /
+    ({"a": 1}, [{"op": "add", "path": "/b"}], 400),                       # no value
+    ({"a": 1}, [{"op": "replace", "path": "/a"}], 400),
+    ({"a": 1}, [{"op": "test", "path": "/a"}], 400),
+    ({"a": 1}, [{"path": "/a"}], 400),
+    ({"a": 1}, [{"op": "remove"}], 400),
+    ({"a": 1}, ["remove /a"], 400),
+])
+def test_json_patch_refusals(doc, ops, code: int) -> None:
+    with pytest.raises(PatchError) as err:
+        apply_json_patch(doc, ops)
+    assert err.value.code == code
+
+
+def test_a_json_patch_that_fails_changes_nothing() -> None:
+    doc = {"a": 1, "l": [1]}
+    with pytest.raises(PatchError):
+        apply_json_patch(doc, [{"op": "add", "path": "/b", "value": 2},
+                               {"op": "test", "path": "/a", "value": 5}])
+    assert doc == {"a": 1, "l": [1]}
+
+
+POD = {"metadata": {"name": "p", "labels": {"a": "1"}},
+       "spec": {"containers": [
+           {"name": "main", "image": "x:1", "args": ["--a"],
+            "ports": [{"containerPort": 80, "name": "http"}],
+            "volumeMounts": [{"mountPath": "/data", "name": "d"}],
+            "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]},
+           {"name": "side", "image": "y:1"}]}}
+
+
+def _main(pod: dict) -> dict:
+    return pod["spec"]["containers"][0]
+
+
+# Strategic merge patch as Kubernetes applies it to a pod: lists of objects merge by their
+# merge key (containers and env by name, ports by containerPort, volumeMounts by mountPath),
+# lists of scalars and maps without a key are replaced, null and `$patch: delete` remove,
+# `$patch: replace` replaces a map or a list, and kubectl's ordering hints change nothing.
+@pytest.mark.parametrize(("patch", "check"), [
+    ({"spec": {"containers": [{"name": "main", "image": "x:2"}]}},
+     lambda p: (_main(p)["image"], _main(p)["args"], p["spec"]["containers"][1]["image"])
+     == ("x:2", ["--a"], "y:1")),
+    ({"spec": {"containers": [{"name": "new", "image": "z:1"}]}},
+     lambda p: [c["name"] for c in p["spec"]["containers"]] == ["main", "side", "new"]),
+    ({"spec": {"containers": [{"name": "side", "$patch": "delete"}]}},
+     lambda p: [c["name"] for c in p["spec"]["containers"]] == ["main"]),
+    ({"spec": {"containers": [{"name": "gone", "$patch": "delete"}]}},
+     lambda p: len(p["spec"]["containers"]) == 2),
+    ({"spec": {"containers": [{"name": "main", "ports": [{"containerPort": 80, "name": "web"},
+                                                         {"containerPort": 81}]}]}},
+     lambda p: _main(p)["ports"] == [{"containerPort": 80, "name": "web"},
+                                     {"containerPort": 81}]),
+    ({"spec": {"containers": [{"name": "main", "volumeMounts": [
+        {"mountPath": "/data", "readOnly": True}]}]}},
+     lambda p: _main(p)["volumeMounts"] == [{"mountPath": "/data", "name": "d",
+                                             "readOnly": True}]),
+    ({"spec": {"containers": [{"name": "main", "env": [{"name": "B", "value": "3"}]}]}},
+     lambda p: _main(p)["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "3"}]),
+    ({"spec": {"containers": [{"name": "main", "args": ["--b"]}]}},
+     lambda p: _main(p)["args"] == ["--b"]),
+    ({"spec": {"containers": [{"name": "only", "image": "o:1"}, {"$patch": "replace"}]}},
+     lambda p: p["spec"]["containers"] == [{"name": "only", "image": "o:1"}]),
+    ({"metadata": {"labels": {"$patch": "replace", "b": "2"}}},
+     lambda p: p["metadata"]["labels"] == {"b": "2"}),
+    ({"metadata": {"labels": {"$patch": "delete"}}}, lambda p: "labels" not in p["metadata"]),
+    ({"metadata": {"labels": {"a": None, "c": "3"}}},
+     lambda p: p["metadata"]["labels"] == {"c": "3"}),
+    ({"spec": {"$setElementOrder/containers": [{"name": "side"}, {"name": "main"}],
+               "containers": [{"name": "main", "image": "x:3"}]}},
+     lambda p: [c["name"] for c in p["spec"]["containers"]] == ["main", "side"]
+     and "$setElementOrder/containers" not in p["spec"]),
+    ({"spec": {"nodeName": "n1"}}, lambda p: p["spec"]["nodeName"] == "n1"
+     and len(p["spec"]["containers"]) == 2),
+    ({"status": {"phase": "Running"}}, lambda p: p["status"] == {"phase": "Running"}),
+])
+def test_strategic_merge_patch_on_a_pod(patch: dict, check) -> None:
+    before = repr(POD)
+    assert check(apply_strategic_merge_patch(POD, patch))
+    assert repr(POD) == before
+
+
+def test_strategic_merge_patch_of_a_scalar_or_onto_nothing() -> None:
+    assert apply_strategic_merge_patch({"a": 1}, "x") == "x"
+    assert apply_strategic_merge_patch(None, {"a": {"$patch": "replace", "b": 1}}) == {"a": {"b": 1}}
+    # A list the object lacks: the patch's items without their directives, deletions dropped.
+    assert apply_strategic_merge_patch({}, {"containers": [
+        {"name": "n", "$patch": "merge"}, {"name": "gone", "$patch": "delete"}]}) == \
+        {"containers": [{"name": "n"}]}
+    assert apply_strategic_merge_patch({"args": "x"}, {"args": ["--a"]}) == {"args": ["--a"]}
+
+
+@pytest.mark.parametrize(("live", "previous", "applied", "expected"), [
+    # A field this manager applied before and no longer applies goes; others' fields stay.
+    ({"spec": {"x": 1, "y": 2, "z": 3}}, {"spec": {"x": 1, "y": 2}}, {"spec": {"x": 1}},
+     {"spec": {"x": 1, "z": 3}}),
+    # Nothing applied before: a merge only.
+    ({"spec": {"x": 1, "y": 2}}, None, {"spec": {"x": 5}}, {"spec": {"x": 5, "y": 2}}),
+    # A field now applied whole (its parent a leaf) is not pruned below it.
+    ({"spec": {"m": {"a": 1, "b": 2}}}, {"spec": {"m": {"a": 1, "b": 2}}}, {"spec": {"m": {}}},
+     {"spec": {"m": {"a": 1, "b": 2}}}),
+    # Labels and annotations are pruned; the rest of metadata never is.
+    ({"metadata": {"name": "w", "finalizers": ["f"], "labels": {"a": "1"},
+                   "annotations": {"n": "1"}}},
+     {"metadata": {"name": "w", "finalizers": ["f"], "labels": {"a": "1"},
+                   "annotations": {"n": "1"}}},
+     {"metadata": {"name": "w"}},
+     {"metadata": {"name": "w", "finalizers": ["f"], "labels": {}, "annotations": {}}}),
+    # A whole section dropped from the applied object goes with its fields.
+    ({"spec": {"x": 1}, "data": {"k": "v"}}, {"spec": {"x": 1}, "data": {"k": "v"}},
+     {"spec": {"x": 1}}, {"spec": {"x": 1}, "data": {}}),
+    # Lists are atomic: the applied list replaces the live one.
+    ({"spec": {"l": [1, 2, 3]}}, {"spec": {"l": [1, 2, 3]}}, {"spec": {"l": [4]}},
+     {"spec": {"l": [4]}}),
+    # A field whose applied value changes kind: the applied value, whole.
+    ({"spec": {"x": {"a": 1}}}, None, {"spec": {"x": 5}}, {"spec": {"x": 5}}),
+    ({"spec": {"x": 5}}, None, {"spec": {"x": {"a": 1}}}, {"spec": {"x": {"a": 1}}}),
+    # Nothing applied any more: every field applied before goes.
+    ({"data": {"k": "v"}}, {"data": {"k": "v"}}, {}, {"data": {}}),
+    # A path already gone from the live object is no error.
+    ({"spec": {}}, {"spec": {"x": {"y": 1}}}, {"spec": {}}, {"spec": {}}),
+])
+def test_server_side_apply(live, previous, applied, expected) -> None:
+    before = repr(live)
+    assert apply_server_side(live, applied, previous) == expected
+    assert repr(live) == before
+
+
+def test_fields_v1_names_every_applied_field() -> None:
+    from tpujob.local.apiserver.patch import fields_v1
+
+    applied = {"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "c", "labels": {"a": "1"}}, "data": {"k": "v"}}
+    assert fields_v1(applied) == {"f:metadata": {"f:name": {}, "f:labels": {"f:a": {}}},
+                                  "f:data": {"f:k": {}}}
+    assert fields_v1(["not", "a", "map"]) == {}

@@ -153,7 +153,7 @@ def test_failure_reason(failure, restarts, reason):
     d = decide(status(Phase.RUNNING, restarts=restarts, jobset_restarts=restarts),
                obs(js(failed=True, restarts=restarts, message="jobset failed"), failure=failure))
     assert d.status.failure.reason == reason
-    assert cond(d, "Failed").reason == reason.value
+    assert (cond(d, "Failed").status, cond(d, "Failed").reason) == ("True", reason.value)
     assert d.status.completion_time == T0
 
 
@@ -229,6 +229,9 @@ def test_custom_trainer_without_progress_is_not_judged_stalled():
     (1200, 600, T0 + timedelta(seconds=50), T0 + timedelta(seconds=650)),
     (1200, 0, T0 + timedelta(seconds=50), None),
     (1200, 600, T0 - timedelta(seconds=50), T0 + timedelta(seconds=1200)),  # previous attempt
+    (1200, 600, T0, T0 + timedelta(seconds=600)),  # seen as every host came up: this attempt's
+    (1, 600, None, T0 + timedelta(seconds=1)),     # the shortest timeouts are timeouts, not off
+    (1200, 1, T0 + timedelta(seconds=50), T0 + timedelta(seconds=51)),
 ])
 def test_stall_deadline(first, stall, last_step, expected):
     spec = validate_job(job(firstStepTimeoutSeconds=first, stallTimeoutSeconds=stall)).job.spec

@@ -139,3 +139,146 @@ def test_jobset_state():
     assert (js.owner_uid, js.suspended, js.restarts, js.failed, js.message, js.all_ready,
             js.queue_name) == ("u", True, 3, True, "boom", True, "q")
     assert not JobSetState.from_object(None).exists
+
+
+def test_views_built_without_the_optional_facts_say_what_an_empty_object_says():
+    """The defaults a view is built with are what the reader makes of an object that says
+    nothing more: a JobSet with no spec or status, a pod of the first attempt, a progress
+    document with a step only."""
+    assert JobSetState.from_object({"kind": "JobSet"}) == JobSetState(exists=True)
+    missing = JobSetState.missing()
+    assert not (missing.exists or missing.suspended or missing.completed or missing.failed
+                or missing.deleting or missing.all_ready)
+    assert (missing.restarts, missing.ready_jobs, missing.jobs) == (0, 0, 0)
+    pod = {"metadata": {"name": "p"}, "status": {"containerStatuses": [_terminated(1)]}}
+    assert read_container_exits([pod]) == [ContainerExit("p", "trainer", 1, "Error")]
+    assert ProgressReading.from_document({"step": 3}) == ProgressReading(step=3)
+
+
+@pytest.mark.parametrize("jobs, ready, all_ready", [
+    (0, 0, False),   # no Job at all is not a running JobSet
+    (1, 0, False),
+    (1, 1, True),
+    (2, 1, False),   # every slice, not some
+    (2, 2, True),
+])
+def test_all_ready_means_every_slice(jobs, ready, all_ready):
+    assert JobSetState(exists=True, jobs=jobs, ready_jobs=ready).all_ready is all_ready
+
+
+def test_jobset_fields_left_out_take_the_jobset_apis_defaults():
+    # replicas defaults to 1 (JobSet API); a status entry with no ready count has none ready.
+    js = JobSetState.from_object({
+        "metadata": {"uid": "js"},
+        "spec": {"replicatedJobs": [{"name": "slice"}]},
+        "status": {"replicatedJobsStatus": [{"name": "slice", "active": 1}]}})
+    assert (js.exists, js.jobs, js.ready_jobs, js.restarts, js.all_ready) == (True, 1, 0, 0, False)
+
+
+@pytest.mark.parametrize("code, reason, says", [
+    (128, FailureReason.ERROR, "exited 128"),      # 128 + 0: no signal is 0
+    (129, FailureReason.PREEMPTED, "signal 1"),
+    (143, FailureReason.PREEMPTED, "signal 15"),
+])
+def test_exit_codes_above_128_are_signals(code, reason, says):
+    got, message = ContainerExit("p", "trainer", code, "Error").classify()
+    assert got == reason and says in message
+
+
+def test_the_reason_is_read_from_the_last_line_of_the_message():
+    """A wrapper may print before the trainer writes its one JSON line: that line is last."""
+    message = "wrapper: starting\n" + trainer_says("OutOfMemory", "40 GiB").strip() + "\n"
+    e = ContainerExit("p", "trainer", 4, "Error", message)
+    assert (e.trainer_reason, e.trainer_message) == ("OutOfMemory", "40 GiB")
+    assert e.classify()[0] == FailureReason.OUT_OF_MEMORY
+
+
+@pytest.mark.parametrize("status, reason, says", [
+    # The reader keeps the kubelet's reason (OOMKilled) ...
+    (_terminated(137, reason="OOMKilled"), FailureReason.OUT_OF_MEMORY, "OOMKilled"),
+    # ... the trainer's own message ...
+    (_terminated(3, message=trainer_says("ConfigError", "train.steps: not a number")),
+     FailureReason.CONFIG_ERROR, "train.steps: not a number"),
+    # ... and why a container cannot start.
+    ({"name": "trainer", "state": {"waiting": {"reason": "CreateContainerConfigError",
+                                               "message": 'secret "wandb" not found'}}},
+     FailureReason.CONFIG_ERROR, 'secret "wandb" not found'),
+    # A container that ran before and is waiting to start again: its last exit counts.
+    ({"name": "trainer", "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+      "lastState": {"terminated": {"exitCode": 6, "message": trainer_says("NaNLoss")}}},
+     FailureReason.NAN_LOSS, "NaNLoss"),
+])
+def test_what_a_pod_says_reaches_the_explanation(status, reason, says):
+    got, message = explain_failure(read_container_exits([_pod("p", statuses=[status])]))
+    assert got == reason and says in message
+
+
+@pytest.mark.parametrize("labels, attempt", [
+    ({}, 0),                                              # no label: the first attempt
+    ({"jobset.sigs.k8s.io/restart-attempt": ""}, 0),
+    ({"jobset.sigs.k8s.io/restart-attempt": "2"}, 2),
+])
+def test_restart_attempt_of_a_pod(labels, attempt):
+    pod = {"metadata": {"name": "p", "labels": labels},
+           "status": {"containerStatuses": [_terminated(1)]}}
+    assert read_container_exits([pod])[0].restart_attempt == attempt
+
+
+def test_an_unlabelled_pod_is_older_than_a_restarted_one():
+    first = {"metadata": {"name": "first"},
+             "status": {"containerStatuses": [_terminated(4, message=trainer_says("OutOfMemory"))]}}
+    newer = _pod("newer", attempt=1, statuses=[_terminated(143)], disrupted=True)
+    assert explain_failure(read_container_exits([first, newer]))[0] == FailureReason.PREEMPTED
+
+
+def test_a_terminated_state_without_an_exit_code_is_no_failure():
+    # exitCode is required by the API; a status read half-written must not count as a crash.
+    pod = _pod("p", statuses=[{"name": "trainer", "state": {"terminated": {"reason": "Error"}}}])
+    assert read_container_exits([pod]) == []
+
+
+def test_a_checkpoint_at_step_zero_is_a_checkpoint():
+    r = ProgressReading.from_document({"step": 0, "last_checkpoint_step": 0, "total_steps": 0})
+    assert (r.last_checkpoint_step, r.total_steps) == (0, 0)
+
+
+def test_a_long_phase_word_is_cut_to_what_the_status_holds():
+    from tpujob.api.status import Progress
+
+    phase = "restoring-checkpoint-" + "x" * 80
+    reading = ProgressReading.from_document({"step": 1, "phase": phase})
+    assert phase.startswith(reading.trainer_phase)
+    Progress(step=1, trainer_phase=reading.trainer_phase)  # within the field's maxLength
+    assert len(reading.trainer_phase) == Progress.model_fields["trainer_phase"].metadata[0].max_length
+
+
+@pytest.mark.parametrize("view, field", [
+    (JobSetState.missing(), "exists"),
+    (ContainerExit("p", "trainer", 1), "exit_code"),
+    (ProgressReading(step=1), "step"),
+])
+def test_the_views_cannot_be_changed_in_place(view, field):
+    """The reconciler reads them once and hands them to `decide` and `act` alike."""
+    from dataclasses import FrozenInstanceError
+
+    with pytest.raises(FrozenInstanceError):
+        setattr(view, field, None)
+
+
+def _timeline_message(step: int, productive: float, **more) -> str:
+    return json.dumps({"reason": "Preempted", "message": "SIGTERM", "goodput": {
+        "attempt": "a1", "step": step, "steps": step, "seconds": {"productive": productive},
+        **more}})
+
+
+def test_final_timelines_are_read_where_the_kubelet_keeps_them():
+    from tpujob.controller.observe import read_final_timelines
+
+    # Process 0 restarted in place: its last exit is in lastState, after a line of its own.
+    zero = {"name": "trainer", "state": {"running": {}}, "lastState": {"terminated": {
+        "exitCode": 42, "message": "flushing\n" + _timeline_message(30, 20.0, process_index=0)}}}
+    # A timeline that does not say whose it is: never taken for process 0's seconds.
+    anonymous = _terminated(42, message=_timeline_message(31, 99.0))
+    finals = read_final_timelines([_pod("a", statuses=[anonymous]), _pod("b", statuses=[zero])])
+    assert [(f.step, f.seconds.productive if f.seconds else None) for f in finals] == \
+        [(30, 20.0), (31, None)]

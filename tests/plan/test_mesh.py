@@ -131,6 +131,15 @@ def _layouts4(total):
             yield dict(zip(("data", "fsdp", "tensor", "expert"), sizes, strict=True))
 
 
+def _layouts5(total):
+    """Every layout over all five axes: the small slices' ring orders take some that no torus
+    assignment could (five axes of 2 on tpu7x's 2x2x4x2), so 3 and 4 axes are not enough."""
+    divisors = [d for d in range(1, total + 1) if total % d == 0]
+    for sizes in itertools.product(divisors, repeat=len(MESH_AXES)):
+        if math.prod(sizes) == total:
+            yield dict(zip(MESH_AXES, sizes, strict=True))
+
+
 class _FakeTpu:
     platform = "tpu"
     process_index = 0
@@ -167,7 +176,8 @@ def test_valid_exactly_when_jax_create_device_mesh_builds_it(slice_name):
     from jax._src import mesh_utils  # the trainer extra, which the tests install
     devices, physical = _fake_devices(slice_name)
     agreed = {True: 0, False: 0}
-    for layout in itertools.chain(_layouts(len(devices)), _layouts4(len(devices))):
+    for layout in itertools.chain(_layouts(len(devices)), _layouts4(len(devices)),
+                                  _layouts5(len(devices))):
         logical = {a: layout.get(a, 1) for a in MESH_AXES}
         ours = plan_mesh(logical, devices_per_slice=len(devices), physical_dims=physical).valid
         try:
@@ -229,3 +239,28 @@ def test_a_refused_layout_says_which_physical_axes_were_left_and_keeps_what_was_
     from dataclasses import FrozenInstanceError
     with pytest.raises(FrozenInstanceError):
         bad.valid = True
+
+
+def test_one_slice_unless_told():
+    m = plan_mesh({"fsdp": 4, "tensor": 4}, devices_per_slice=16)
+    assert m.valid and m.dcn == {a: 1 for a in MESH_AXES}
+    assert m.axes == {"data": 1, "fsdp": 4, "context": 1, "tensor": 4, "expert": 1}
+
+
+@pytest.mark.parametrize("slice_name, ici", [
+    ("tpu7x-64", {"fsdp": 8, "tensor": 4, "context": 2}),
+    ("v6e-16", {"fsdp": 8, "tensor": 2}),
+    ("v6e-32", {"data": 2, "fsdp": 16}),
+    ("v5p-128", {"fsdp": 8, "tensor": 8}),
+])
+def test_suggestions_use_only_the_axes_asked_for(slice_name, ici):
+    m = _plan(slice_name, ici)
+    assert not m.valid and m.suggestions
+    for s in m.suggestions:
+        assert set(s) <= set(ici), s
+        assert _plan(slice_name, s).valid
+
+
+def test_with_no_axis_asked_for_suggestions_put_everything_on_fsdp():
+    from tpujob_plan.mesh import suggest_layouts
+    assert suggest_layouts((4, 4, 1), {}) == [{"fsdp": 16}]

@@ -46,6 +46,7 @@ EXIT_CODES: dict[Reason, int] = {
 }
 
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
+TERMINATION_MESSAGE_BYTES = 4096  # what Kubernetes keeps of a container's termination message
 
 
 class TrainerExit(Exception):
@@ -86,8 +87,33 @@ def on_ending(hook: Callable[[Reason], dict]) -> None:
     _ENDING_HOOKS.append(hook)
 
 
+def build_termination_line(reason: Reason, message: str, extra: dict) -> str:
+    """`{"reason", "message", **extra}` as one JSON line, newline included, within the bytes
+    Kubernetes keeps (a line cut short is no JSON, and the operator could not read the reason):
+    the message keeps as much of its start as fits once escaped, and `extra` is left out only
+    when it alone leaves no room."""
+
+    def line(keep: int, fields: dict) -> str:
+        return json.dumps({"reason": reason.value, "message": message[:keep], **fields}) + "\n"
+
+    def fits(keep: int, fields: dict) -> bool:
+        return len(line(keep, fields).encode()) <= TERMINATION_MESSAGE_BYTES
+
+    if not fits(0, extra):
+        extra = {}
+    # Every character takes at least a byte: the longest start that fits is found by halving.
+    short, long = 0, min(len(message), TERMINATION_MESSAGE_BYTES)
+    while short < long:
+        middle = (short + long + 1) // 2
+        if fits(middle, extra):
+            short = middle
+        else:
+            long = middle - 1
+    return line(short, extra)
+
+
 def write_termination_message(reason: Reason, message: str, env: dict[str, str] | None = None) -> None:
-    """One JSON line `{"reason", "message", ...}`; Kubernetes keeps at most 4 KiB of it."""
+    """One JSON line `{"reason", "message", ...}` (see build_termination_line)."""
     extra: dict = {}
     for hook in list(_ENDING_HOOKS):
         try:
@@ -97,10 +123,8 @@ def write_termination_message(reason: Reason, message: str, env: dict[str, str] 
     path = termination_log_path(env)
     if path is None:
         return
-    line = json.dumps({"reason": reason.value, "message": message[:max(500, 3000 - len(json.dumps(extra)))],
-                       **extra})
     try:
         with open(path, "w") as f:
-            f.write(line + "\n")
+            f.write(build_termination_line(reason, message, extra))
     except OSError:
         pass  # the exit code still tells the operator what happened

@@ -267,8 +267,8 @@ def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
             return b.finish(Phase.QUEUED, f"waiting for Kueue queue "
                                           f"{spec.scheduling.queue_name} to admit it")
         # The words the next pass writes once the JobSet is seen, so that it writes nothing.
-        slices = verdict.plan.slices if verdict.plan is not None else 1
-        return b.finish(Phase.STARTING, f"0 of {slices} slices have every host running")
+        return b.finish(Phase.STARTING, f"0 of {verdict.plan.slices} slices have every host "
+                                        "running")
     if js.deleting:
         return b.finish(Phase.PENDING, "the previous JobSet is being deleted")
     # The restart count survives a JobSet re-created after a spec change.
@@ -311,13 +311,14 @@ def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
         return b.finish(Phase.SUCCEEDED, "training finished")
     if js.failed:
         reason, message = obs.failure or (FailureReason.ERROR, js.message or "the JobSet failed")
-        max_restarts = spec.restart_policy.max_restarts if spec else 0
-        if reason in RETRYABLE and js.restarts >= max_restarts:
+        # Under an update that cannot be read, the limit is unknown: the cause stands as seen.
+        max_restarts = spec.restart_policy.max_restarts if spec else None
+        if reason in RETRYABLE and max_restarts is not None and js.restarts >= max_restarts:
             message = f"restarted {b.status.restarts} times (restartPolicy.maxRestarts " \
                       f"{max_restarts}); last failure: {message}"
             reason = FailureReason.RESTART_LIMIT_EXCEEDED
         return _fail(b, reason, message)
-    if spec.suspend:
+    if spec is not None and spec.suspend:
         if not js.suspended:
             b.actions.append(Action.SUSPEND)
         return b.finish(Phase.SUSPENDED, "suspended (spec.suspend); pods are deleted, "
@@ -325,6 +326,8 @@ def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
     if js.suspended:
         if js.queue_name:
             return b.finish(Phase.QUEUED, f"waiting for Kueue queue {js.queue_name} to admit it")
+        if spec is None:  # whether to resume is the unreadable spec's to say: nothing is done
+            return b.finish(Phase.SUSPENDED, "suspended; the updated spec cannot be read")
         b.actions.append(Action.RESUME)
         return b.finish(Phase.RESTARTING if b.status.restarts else Phase.STARTING, "resuming")
     if not js.all_ready:
@@ -337,11 +340,13 @@ def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
     return _supervise(b, spec)
 
 
-def _supervise(b: _Builder, spec: TpuTrainingJobSpec) -> Decision:
+def _supervise(b: _Builder, spec: TpuTrainingJobSpec | None) -> Decision:
     """Every host runs: watch for a stall."""
     obs = b.obs
     if b.status.start_time is None:
         b.status.start_time = obs.now
+    if spec is None:  # the timeouts are in the update that cannot be read: no stall is judged
+        return b.finish(Phase.RUNNING)
     running = find_condition(b.prev.conditions, ConditionType.RUNNING.value)
     running_since = (running.last_transition_time
                      if running is not None and running.status == ConditionStatus.TRUE

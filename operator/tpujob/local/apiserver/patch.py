@@ -108,6 +108,17 @@ def _add(doc: Any, path: str, value: Any, replace: bool = False) -> Any:
     return doc
 
 
+def _json_equal(a: Any, b: Any) -> bool:
+    """Equality of JSON values (RFC 6902 `test`): numbers by value, but `true` is not `1`."""
+    if isinstance(a, bool) or isinstance(b, bool):
+        return type(a) is type(b) and a == b
+    if isinstance(a, dict) and isinstance(b, dict):
+        return a.keys() == b.keys() and all(_json_equal(a[k], b[k]) for k in a)
+    if isinstance(a, list) and isinstance(b, list):
+        return len(a) == len(b) and all(_json_equal(x, y) for x, y in zip(a, b, strict=True))
+    return a == b
+
+
 def apply_json_patch(doc: Any, operations: Any) -> Any:
     """RFC 6902 on a copy of `doc`; a failing `test` or a missing path raises PatchError (422)."""
     if not isinstance(operations, list):
@@ -131,7 +142,7 @@ def apply_json_patch(doc: Any, operations: Any) -> Any:
         elif kind == "copy":
             doc = _add(doc, path, copy.deepcopy(_get(doc, op.get("from", ""))))
         elif kind == "test":
-            if _get(doc, path) != op["value"]:
+            if not _json_equal(_get(doc, path), op["value"]):
                 raise PatchError(f"testing value {path} failed: test failed")
         else:
             raise PatchError(f"unexpected json patch operation {kind!r}", code=400)
@@ -155,14 +166,13 @@ def apply_strategic_merge_patch(target: Any, patch: Any) -> Any:
         return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
     result = copy.deepcopy(target) if isinstance(target, dict) else {}
     for key, value in patch.items():
-        if key.startswith("$"):
-            continue
-        if key.startswith("$setElementOrder/") or key.startswith("$deleteFromPrimitiveList/"):
+        if key.startswith("$"):  # $setElementOrder/..., $retainKeys: order and pruning hints
             continue
         if value is None:
             result.pop(key, None)
-        elif isinstance(value, list) and isinstance(result.get(key), list):
-            result[key] = _merge_list(result[key], value)
+        elif isinstance(value, list):  # onto no list: merged into an empty one (directives go)
+            current = result.get(key)
+            result[key] = _merge_list(current if isinstance(current, list) else [], value)
         elif isinstance(value, dict) and value.get("$patch") == "delete":
             result.pop(key, None)
         else:
@@ -171,6 +181,9 @@ def apply_strategic_merge_patch(target: Any, patch: Any) -> Any:
 
 
 def _merge_list(current: list, patch: list) -> list:
+    if {"$patch": "replace"} in patch:  # the list as the patch gives it, directive left out
+        return [apply_strategic_merge_patch({}, p) if isinstance(p, dict) else copy.deepcopy(p)
+                for p in patch if p != {"$patch": "replace"}]
     key = _merge_key(current + [p for p in patch if not (isinstance(p, dict) and "$patch" in p
                                                         and len(p) == 1)])
     if key is None:

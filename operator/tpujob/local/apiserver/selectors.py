@@ -6,7 +6,10 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-_KEY = re.compile(r"^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+# A label key is a qualified name: an optional DNS subdomain prefix (at most 253 characters)
+# and a slash, then a name of at most 63 (apimachinery's IsQualifiedName).
+_NAME = re.compile(r"^[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$")
+_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 _VALUE = re.compile(r"^([A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?)?$")
 
 
@@ -36,7 +39,9 @@ def _split_terms(text: str) -> list[str]:
 
 
 def _check_key(key: str, term: str) -> str:
-    if not _KEY.match(key) or len(key.split("/")[-1]) > 63:
+    prefix, slash, name = key.rpartition("/")
+    if not (_NAME.match(name) and len(name) <= 63
+            and (not slash or (_SUBDOMAIN.match(prefix) and len(prefix) <= 253))):
         raise ValueError(f"unable to parse requirement: invalid label key {key!r} in {term!r}")
     return key
 

@@ -1,0 +1,96 @@
+"""The exit contract as the operator and a person read it: each reason's exit code as
+docs/trainer.md documents it, where the termination message is written, and the message itself,
+which must stay one JSON line within the 4096 bytes Kubernetes keeps of it (a line cut short is
+no JSON, and the operator would lose the reason)."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from tpujob_trainer import env as envvars
+from tpujob_trainer import exits
+from tpujob_trainer.exits import (
+    EXIT_CODES,
+    Reason,
+    build_termination_line,
+    termination_log_path,
+    write_termination_message,
+)
+
+pytestmark = pytest.mark.unit
+DOCS = Path(__file__).resolve().parents[2] / "docs" / "trainer.md"
+LIMIT = 4096  # bytes: kubelet's limit on one container's termination message
+
+
+def test_exit_codes_are_the_ones_docs_trainer_md_documents():
+    section = DOCS.read_text().split("## Exit contract", 1)[1]
+    documented = {m[1]: int(m[2]) for m in re.finditer(r"^\| `(\w+)` \| (\d+) \|", section, re.M)}
+    assert documented == {r.value: code for r, code in EXIT_CODES.items()}
+
+
+def test_termination_log_path(tmp_path, monkeypatch):
+    default = tmp_path / "termination-log"
+    monkeypatch.setattr(exits, "DEFAULT_TERMINATION_LOG", str(default))
+    # Named in the environment: used as given, whatever exists.
+    assert termination_log_path({envvars.TERMINATION_LOG: " /tmp/t "}) == "/tmp/t"
+    # Not named: the pod's default file, only when it is there.
+    assert termination_log_path({envvars.TERMINATION_LOG: ""}) is None
+    default.write_text("")
+    assert termination_log_path({}) == str(default)
+    # There but not writable (a read-only mount; root passes any mode check, so say so):
+    # nothing is written, and the exit code alone speaks.
+    monkeypatch.setattr(exits.os, "access", lambda path, mode: False)
+    assert termination_log_path({}) is None
+
+
+GOODPUT = {"goodput": {"attempt": "a1", "process_index": 0, "step": 120, "steps": 120,
+                       "seconds": {"productive": 812.5, "program_startup": 31.0,
+                                   "tpu_initialization": 4.0, "checkpoint_save": 12.5}}}
+
+
+# Fields that by themselves fill the 4096 bytes exactly: they stay, with no room for a message.
+_BARE = len(json.dumps({"reason": "InternalError", "message": "", "goodput": {"blob": ""}})) + 1
+FILLING = {"goodput": {"blob": "y" * (LIMIT - _BARE)}}
+
+
+@pytest.mark.parametrize("message", [
+    "loss is nan at step 3",
+    "x" * 5000,
+    'Traceback:\n  File "train.py", line 1\n' * 200,   # newlines and quotes escape to 2 bytes
+    "déjà vu → " * 600,                                # \u escapes: 6 bytes a character
+    "🙂" * 1000,                                       # a surrogate pair: 12 bytes
+])
+@pytest.mark.parametrize("extra", [{}, GOODPUT, FILLING, {"goodput": {"blob": "y" * 5000}}])
+def test_the_line_keeps_as_much_of_the_message_as_fits(message, extra):
+    line = build_termination_line(Reason.INTERNAL_ERROR, message, extra)
+    assert len(line.encode()) <= LIMIT and line.endswith("}\n") and line.count("\n") == 1
+    doc = json.loads(line)
+    assert doc["reason"] == "InternalError"
+    kept = doc["message"]
+    assert message.startswith(kept)
+    fields = {k: v for k, v in doc.items() if k not in ("reason", "message")}
+    # The hooks' fields stay unless they alone leave no room for any message.
+    alone = json.dumps({"reason": "InternalError", "message": "", **extra}) + "\n"
+    assert fields == (extra if len(alone.encode()) <= LIMIT else {})
+    if kept != message:  # cut: one more character would not have fitted
+        longer = json.dumps({"reason": "InternalError", "message": message[:len(kept) + 1],
+                             **fields}) + "\n"
+        assert len(longer.encode()) > LIMIT
+
+
+def test_hooks_add_their_fields_and_a_failing_one_is_skipped(tmp_path, monkeypatch):
+    monkeypatch.setattr(exits, "_ENDING_HOOKS", [])
+
+    def broken(reason):
+        raise RuntimeError("no timeline")
+
+    exits.on_ending(broken)
+    exits.on_ending(lambda reason: {"ended_as": reason.value})
+    path = tmp_path / "term"
+    write_termination_message(Reason.PREEMPTED, "SIGTERM", {envvars.TERMINATION_LOG: str(path)})
+    assert json.loads(path.read_text()) == {"reason": "Preempted", "message": "SIGTERM",
+                                            "ended_as": "Preempted"}
