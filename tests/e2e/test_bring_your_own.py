@@ -1,7 +1,8 @@
 """Programs that know nothing of tpujob, in local mode (2 hosts of a v6e-8, JAX on CPU): a plain
 JAX script whose `jax.distributed.initialize()` takes no arguments trains to Succeeded, wired
 only by the standard variables (JAX's coordinator address, GKE's TPU webhook variables, which
-local mode gives as a cluster would)."""
+local mode gives as a cluster would); real MaxText and real Tunix from PyPI, each in its own
+environment, train to Succeeded with their progress in the job's status."""
 
 from __future__ import annotations
 
@@ -149,3 +150,65 @@ def test_maxtext_trains_restarts_after_a_kill_and_resumes_its_checkpoints(local,
     assert after[0] <= seen["step"] <= after[-1]
     assert seen["loss"] > 0 and seen["tokensPerSecondPerDevice"] > 0
     assert seen["stepTimeSeconds"] > 0 and seen["tflopsPerDevice"] >= 0
+
+
+# -- Tunix from PyPI -----------------------------------------------------------------------------
+
+TUNIX_STEPS = 80
+
+
+@pytest.fixture(scope="module")
+def tunix():
+    """Tunix's environment, built once and cached outside the repository (tools/tunix_env.py).
+    A build that cannot be made fails the test with the reason."""
+    from tools.cached_env import EnvBuildError
+    from tools.tunix_env import ensure
+    try:
+        return ensure()
+    except EnvBuildError as err:
+        pytest.fail(f"Tunix's environment could not be built: {err}")
+
+
+def tunix_job(marker: dict, steps: int) -> dict:
+    return {
+        "slice": "v6e-8", "image": f"tunix:{marker['tunix_version']}",
+        "output": "gs://tpujob-e2e/tunix",
+        "trainer": {"command": [marker["python"], str(PROGRAMS / "tunix_grpo.py")],
+                    "args": ["--steps", str(steps)],
+                    "progress": {"source": "log", "format": "jsonl"}},
+        "env": [{"name": "PYTHONPATH", "value": ""}, {"name": "HF_HUB_OFFLINE", "value": "1"}],
+        "restartPolicy": {"maxRestarts": 0}, "firstStepTimeoutSeconds": 600,
+    }
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def test_tunix_grpo_trains_on_two_hosts_and_its_reward_rises(local, tunix):
+    name = unique("tunix")
+    local.apply(name, tunix_job(tunix, TUNIX_STEPS))
+    job = local.wait_phase(name, "Succeeded", "Failed", timeout=480)
+    status = job["status"]
+    assert status["phase"] == "Succeeded", (status, _tails(local.logs(name)))
+    # Tunix's steps reached the job's status through process 0's JSON lines (pods/log).
+    seen = status["progress"]
+    assert (seen["step"], seen["totalSteps"]) == (TUNIX_STEPS, TUNIX_STEPS), seen
+    assert isinstance(seen["loss"], float) and seen["stepTimeSeconds"] >= 0, seen
+
+    runs = [json_lines(local.logs(name, host=host)[0]) for host in (0, 1)]
+    for host, lines in enumerate(runs):
+        start = next(e for e in lines if e.get("event") == "start")
+        # One 2-process JAX job, each host the process its pod's index says.
+        assert (start["process"], start["processes"], start["devices"]) == (host, 2, 2)
+    lines = [e for e in runs[0] if "step" in e]
+    assert [e["step"] for e in lines] == list(range(1, TUNIX_STEPS + 1))
+    rewards = [e["reward"] for e in lines]
+    # GRPO taught the random model to answer with "a": about 1 in 40 characters at first,
+    # most of them by the end.
+    first, last = _mean(rewards[:10]), _mean(rewards[-10:])
+    assert first < 0.15 and last > 0.5, rewards
+    # Both processes sampled and scored the same completions: one program over two hosts.
+    done = [next(e for e in lines if e.get("event") == "done") for lines in runs]
+    assert done[0]["steps_done"] == done[1]["steps_done"] == TUNIX_STEPS
+    assert done[0]["rewards"] == done[1]["rewards"] == [round(r, 6) for r in rewards]
