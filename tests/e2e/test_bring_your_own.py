@@ -154,7 +154,7 @@ def test_maxtext_trains_restarts_after_a_kill_and_resumes_its_checkpoints(local,
 
 # -- Tunix from PyPI -----------------------------------------------------------------------------
 
-TUNIX_STEPS = 80
+TUNIX_STEPS, TUNIX_CHECKPOINT_EVERY = 80, 20
 
 
 @pytest.fixture(scope="module")
@@ -169,15 +169,16 @@ def tunix():
         pytest.fail(f"Tunix's environment could not be built: {err}")
 
 
-def tunix_job(marker: dict, steps: int) -> dict:
+def tunix_job(marker: dict, checkpoints: Path) -> dict:
     return {
         "slice": "v6e-8", "image": f"tunix:{marker['tunix_version']}",
         "output": "gs://tpujob-e2e/tunix",
         "trainer": {"command": [marker["python"], str(PROGRAMS / "tunix_grpo.py")],
-                    "args": ["--steps", str(steps)],
+                    "args": ["--steps", str(TUNIX_STEPS), "--checkpoint-dir", str(checkpoints),
+                             "--checkpoint-every", str(TUNIX_CHECKPOINT_EVERY)],
                     "progress": {"source": "log", "format": "jsonl"}},
         "env": [{"name": "PYTHONPATH", "value": ""}, {"name": "HF_HUB_OFFLINE", "value": "1"}],
-        "restartPolicy": {"maxRestarts": 0}, "firstStepTimeoutSeconds": 600,
+        "restartPolicy": {"maxRestarts": 1}, "firstStepTimeoutSeconds": 600,
     }
 
 
@@ -185,30 +186,61 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
-def test_tunix_grpo_trains_on_two_hosts_and_its_reward_rises(local, tunix):
+def test_tunix_grpo_trains_on_two_hosts_resumes_after_a_kill_and_its_reward_rises(
+        local, tunix, tmp_path):
     name = unique("tunix")
-    local.apply(name, tunix_job(tunix, TUNIX_STEPS))
+    checkpoints = tmp_path / "checkpoints"
+    local.apply(name, tunix_job(tunix, checkpoints))
+
+    def saved() -> list[int]:
+        # Orbax renames a checkpoint to its step only once every process has written it.
+        return sorted(int(p.name) for p in (checkpoints / "actor").glob("*") if p.name.isdigit())
+
+    # Orbax saves the first step too; wait for one that training made.
+    try:
+        wait_for(lambda: [s for s in saved() if s >= TUNIX_CHECKPOINT_EVERY], timeout=400,
+                 interval=0.1, message=f"Tunix's checkpoint of step {TUNIX_CHECKPOINT_EVERY}")
+    except BaseException:
+        pytest.fail(f"no checkpoint: {local.status(name)}\n{_tails(local.logs(name))}")
+    # Host 1 killed at once, while Tunix still has most of its steps to run.
+    [host1] = [p for p in local.processes(name) if "-slice-0-1-" in p["pod"]]
+    os.kill(host1["pid"], signal.SIGKILL)
+    at_kill = saved()
+
     job = local.wait_phase(name, "Succeeded", "Failed", timeout=480)
     status = job["status"]
     assert status["phase"] == "Succeeded", (status, _tails(local.logs(name)))
+    assert status["restarts"] == 1
     # Tunix's steps reached the job's status through process 0's JSON lines (pods/log).
     seen = status["progress"]
     assert (seen["step"], seen["totalSteps"]) == (TUNIX_STEPS, TUNIX_STEPS), seen
     assert isinstance(seen["loss"], float) and seen["stepTimeSeconds"] >= 0, seen
 
-    runs = [json_lines(local.logs(name, host=host)[0]) for host in (0, 1)]
-    for host, lines in enumerate(runs):
-        start = next(e for e in lines if e.get("event") == "start")
-        # One 2-process JAX job, each host the process its pod's index says.
-        assert (start["process"], start["processes"], start["devices"]) == (host, 2, 2)
-    lines = [e for e in runs[0] if "step" in e]
-    assert [e["step"] for e in lines] == list(range(1, TUNIX_STEPS + 1))
-    rewards = [e["reward"] for e in lines]
+    runs = {host: [json_lines(p) for p in local.logs(name, host=host)] for host in (0, 1)}
+    assert [len(r) for r in runs.values()] == [2, 2]
+    starts = {host: [next(e for e in lines if e.get("event") == "start") for lines in r]
+              for host, r in runs.items()}
+    for host, (first, second) in starts.items():
+        # Each time one 2-process JAX job, each host the process its pod's index says.
+        for start in (first, second):
+            assert (start["process"], start["processes"], start["devices"]) == (host, 2, 2)
+        assert first["resumed_at"] == 0
+    # The second run resumed from one of Tunix's own checkpoints, not from step 0, and finished.
+    resumed = starts[0][1]["resumed_at"]
+    assert resumed == starts[1][1]["resumed_at"] == max(at_kill) >= TUNIX_CHECKPOINT_EVERY, (
+        starts, at_kill)
+    before, after = ([e for e in lines if "step" in e] for lines in runs[0])
+    assert [e["step"] for e in before] == list(range(1, len(before) + 1))
+    # A step's line is written when Tunix reports its loss, during the next step: the first
+    # run's log may end one step short of the checkpoint it saved, never more.
+    assert len(before) >= resumed - 1
+    assert [e["step"] for e in after] == list(range(resumed + 1, TUNIX_STEPS + 1))
+
     # GRPO taught the random model to answer with "a": about 1 in 40 characters at first,
     # most of them by the end.
-    first, last = _mean(rewards[:10]), _mean(rewards[-10:])
-    assert first < 0.15 and last > 0.5, rewards
+    first, last = [e["reward"] for e in before[:10]], [e["reward"] for e in after[-10:]]
+    assert _mean(first) < 0.15 and _mean(last) > 0.5, (before, after)
     # Both processes sampled and scored the same completions: one program over two hosts.
-    done = [next(e for e in lines if e.get("event") == "done") for lines in runs]
+    done = [next(e for e in runs[host][1] if e.get("event") == "done") for host in (0, 1)]
     assert done[0]["steps_done"] == done[1]["steps_done"] == TUNIX_STEPS
-    assert done[0]["rewards"] == done[1]["rewards"] == [round(r, 6) for r in rewards]
+    assert done[0]["rewards"] == done[1]["rewards"] == [round(e["reward"], 6) for e in after]

@@ -126,25 +126,27 @@ def main(argv: list[str]) -> int:
                 kv_cache_size=MAX_PROMPT + MAX_NEW + 12, temperature=1.0, top_p=1.0)))
 
     # Tunix's sampler draws with PRNGKey(seed or 0) on every call: without a seed of its own
-    # each step would sample with the same noise. Each rollout gets its step as its seed.
+    # each step would sample with the same noise. Each rollout gets the number of steps
+    # trained so far (restored on resume) as its seed.
     rollout = cluster.rollout
     generate = rollout.generate
 
     def generate_with_own_seed(prompts, rollout_config, **kwargs):
-        seed = int(cluster.global_steps)
+        seed = int(cluster.actor_trainer.train_steps)
         return generate(prompts, dataclasses.replace(rollout_config, seed=seed), **kwargs)
 
     rollout.generate = generate_with_own_seed
 
-    # Tunix reports the rollout's rewards (per global step) and the actor's loss (per train
-    # step, one step late) through two different channels; a step's line is written when
-    # its loss arrives, by then its reward is known.
-    rewards: dict[int, float] = {}
+    # Tunix reports the rollout's rewards (once per step, in order) and the actor's loss (per
+    # train step, one step late) through two different channels; a step's line is written
+    # when its loss arrives, by then its reward is known. Rewards are counted by arrival:
+    # Tunix's own global step is not restored from the checkpoint its last step writes.
+    rewards: list[float] = []
 
     def keep_reward(buffer) -> None:
         found = buffer.metrics.get("rewards/sum")
         if buffer.mode == "train" and found:
-            rewards[int(buffer.global_steps) + 1] = float(np.mean(found[0]))
+            rewards.append(float(np.mean(found[0])))
 
     cluster.with_external_metrics_logger(keep_reward)
     last = [time.perf_counter()]
@@ -153,9 +155,10 @@ def main(argv: list[str]) -> int:
         def on_train_step_end(self, train_ctx, train_step, train_loss):
             now = time.perf_counter()
             if first:
+                done = int(train_step) - start - 1
                 print(json.dumps({
                     "step": int(train_step), "loss": float(train_loss),
-                    "reward": rewards.get(int(train_step)),
+                    "reward": rewards[done] if 0 <= done < len(rewards) else None,
                     "step_time_s": round(now - last[0], 4), "total_steps": args.steps,
                 }), flush=True)
             last[0] = now
@@ -180,7 +183,7 @@ def main(argv: list[str]) -> int:
 
     print(json.dumps({"event": "done", "process": jax.process_index(),
                       "steps_done": int(cluster.actor_trainer.train_steps),
-                      "rewards": [round(rewards[s], 6) for s in sorted(rewards)]}), flush=True)
+                      "rewards": [round(r, 6) for r in rewards]}), flush=True)
     jax.distributed.shutdown()
     return 0
 
