@@ -236,8 +236,8 @@ def test_tunix_grpo_trains_on_two_hosts_resumes_after_a_kill_and_its_reward_rise
     assert len(before) >= resumed - 1
     assert [e["step"] for e in after] == list(range(resumed + 1, TUNIX_STEPS + 1))
 
-    # GRPO taught the random model to answer with "a": about 1 in 40 characters at first,
-    # most of them by the end.
+    # GRPO taught the random model to answer with "a" (seen: a mean reward of 0.01 over the
+    # first 10 steps, 1.0 over the last 10).
     first, last = [e["reward"] for e in before[:10]], [e["reward"] for e in after[-10:]]
     assert _mean(first) < 0.15 and _mean(last) > 0.5, (before, after)
     # Both processes sampled and scored the same completions: one program over two hosts.
