@@ -1,6 +1,6 @@
 """GRPO with Tunix (`google-tunix`) that knows nothing of tpujob and downloads nothing.
 
-    python tunix_grpo.py --steps 120 [--checkpoint-dir DIR]
+    python tunix_grpo.py [--steps 80] [--checkpoint-dir DIR]
 
 A tiny randomly initialised Qwen3 (Tunix's own model code) learns, by GRPO with Tunix's
 RLCluster and GRPOLearner and its plain JAX sampler, to answer short prompts with the letter
@@ -10,9 +10,10 @@ character), the prompts and the reward are written here, so nothing is fetched a
 `jax.distributed.initialize()` takes no arguments: on a cluster (or in tpujob's local mode) JAX
 finds the other processes from the environment. Process 0 prints one JSON line per training
 step (`step`, `loss`, `reward`, `step_time_s`, `total_steps`); every process prints, at the
-end, one `{"event": "done", ...}` line with the mean reward of each of its steps. With a
+end, one `{"event": "done", ...}` line with the mean reward of each step it ran. With a
 checkpoint directory (`--checkpoint-dir` or `$TUNIX_CHECKPOINT_DIR`), Tunix saves there every
-`--checkpoint-every` steps and a rerun resumes from the newest checkpoint.
+`--checkpoint-every` steps (and after its first and last) and a rerun resumes from the newest
+checkpoint.
 """
 
 from __future__ import annotations
@@ -67,7 +68,7 @@ def share_of_a(prompts, completions, **_) -> list[float]:
 
 def parse_args(argv: list[str]) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--steps", type=int, default=int(os.environ.get("TUNIX_STEPS", "120")))
+    ap.add_argument("--steps", type=int, default=int(os.environ.get("TUNIX_STEPS", "80")))
     ap.add_argument("--checkpoint-dir", default=os.environ.get("TUNIX_CHECKPOINT_DIR") or None)
     ap.add_argument("--checkpoint-every", type=int, default=20)
     ap.add_argument("--lr", type=float, default=1e-2)
