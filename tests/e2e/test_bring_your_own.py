@@ -80,10 +80,11 @@ MAXTEXT_TINY = {
 def maxtext():
     """MaxText's Python 3.12 environment, built once and cached outside the repository
     (tools/maxtext_env.py). A build that cannot be made fails the test with the reason."""
-    from tools.maxtext_env import MaxTextEnvError, ensure
+    from tools.cached_env import EnvBuildError
+    from tools.maxtext_env import ensure
     try:
         return ensure()
-    except MaxTextEnvError as err:
+    except EnvBuildError as err:
         pytest.fail(f"MaxText's environment could not be built: {err}")
 
 
