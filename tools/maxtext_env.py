@@ -35,26 +35,20 @@ off (no marker) is removed and done again.
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import glob
-import hashlib
-import importlib.metadata
 import json
 import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+try:
+    from tools import cached_env
+except ImportError:  # run as `python tools/maxtext_env.py`: tools/ itself is on the path
+    import cached_env
 
 MAXTEXT_VERSION = "0.2.4"
 TRAIN_MODULE = "maxtext.trainers.pre_train.train"
-
-# Taken from the trainer's installation, so both sides run the same JAX, XLA and numerics.
-SAME_AS_TRAINER = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy", "ml-dtypes",
-                   "scipy", "opt-einsum", "tensorstore")
 
 # What MaxText's pre-training entry point imports on CPU with DECOUPLE_GCLOUD=TRUE, and what
 # those import in turn, found by running it (importing `maxtext.trainers.pre_train.train` and a
@@ -86,18 +80,11 @@ PINS = {
 MARKER = "tpujob-maxtext-env.json"
 
 
-class MaxTextEnvError(RuntimeError):
+class MaxTextEnvError(cached_env.EnvBuildError):
     """The environment cannot be built here; the message says what is missing."""
 
 
 # -- what to build -----------------------------------------------------------------------------
-
-def cache_root() -> Path:
-    if os.environ.get("TPUJOB_CACHE_DIR"):
-        return Path(os.environ["TPUJOB_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tpujob"
-
 
 def _version_key(path: str) -> tuple:
     name = Path(path).name
@@ -120,54 +107,15 @@ def find_python312() -> str:
         "Install one (for example `pyenv install 3.12`) and run this again.")
 
 
-def _installed_versions(names: tuple[str, ...], path: list[str] | None) -> dict[str, str]:
-    found = {}
-    for dist in importlib.metadata.distributions(**({"path": path} if path else {})):
-        name = (dist.metadata["Name"] or "").lower().replace("_", "-")
-        if name in names and name not in found:
-            found[name] = dist.version
-    return found
-
-
-def trainer_versions() -> dict[str, str]:
-    """The versions of SAME_AS_TRAINER installed with tpujob's trainer.
-
-    Read from the interpreter running this when it has the trainer's JAX, else from the
-    repository's `.venv`."""
-    found = _installed_versions(SAME_AS_TRAINER, None)
-    if "jax" not in found:
-        site = glob.glob(str(REPO / ".venv" / "lib" / "python3*" / "site-packages"))
-        if site:
-            found = _installed_versions(SAME_AS_TRAINER, site)
-    missing = [n for n in ("jax", "jaxlib", "flax", "optax") if n not in found]
-    if missing:
-        raise MaxTextEnvError(
-            f"the trainer's {', '.join(missing)} not found, neither in this Python "
-            f"({sys.executable}) nor in {REPO / '.venv'}: install the trainer first "
-            "(python3 -m venv .venv && .venv/bin/pip install -e '.[trainer]') or run this with "
-            "its Python, so MaxText gets the same versions.")
-    return found
-
-
 def resolved_pins(versions: dict[str, str] | None = None) -> dict[str, str]:
     """Every package of the environment with its version, `maxtext` included."""
-    versions = trainer_versions() if versions is None else versions
+    versions = cached_env.trainer_versions("MaxText") if versions is None else versions
     return dict(sorted({**PINS, **versions, "maxtext": MAXTEXT_VERSION}.items()))
 
 
 def env_dir(pins: dict[str, str]) -> Path:
-    digest = hashlib.sha256(json.dumps(pins, sort_keys=True).encode()).hexdigest()[:10]
-    return cache_root() / f"maxtext-{pins['maxtext']}-py312-{digest}"
-
-
-def _read_marker(directory: Path, pins: dict[str, str]) -> dict | None:
-    try:
-        marker = json.loads((directory / MARKER).read_text())
-    except (OSError, ValueError):
-        return None
-    if marker.get("pins") != pins or not os.access(marker.get("python", ""), os.X_OK):
-        return None
-    return marker
+    digest = cached_env.pins_digest(pins)
+    return cached_env.cache_root() / f"maxtext-{pins['maxtext']}-py312-{digest}"
 
 
 # -- building ----------------------------------------------------------------------------------
@@ -180,15 +128,6 @@ def run_env(base: dict[str, str] | None = None) -> dict[str, str]:
     return env
 
 
-def _run(cmd: list[str], what: str, env: dict[str, str] | None = None) -> str:
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
-    if proc.returncode:
-        tail = "\n".join((proc.stdout + proc.stderr).strip().splitlines()[-25:])
-        raise MaxTextEnvError(f"{what} failed (exit {proc.returncode}): {' '.join(cmd[:6])} ...\n"
-                              f"{tail}")
-    return proc.stdout
-
-
 def _build(directory: Path, pins: dict[str, str], log) -> dict:
     python312 = find_python312()
     if directory.exists():
@@ -196,37 +135,23 @@ def _build(directory: Path, pins: dict[str, str], log) -> dict:
         shutil.rmtree(directory)
     log(f"building MaxText {pins['maxtext']}'s environment at {directory} from {python312} "
         "(once; a few minutes)")
-    _run([python312, "-m", "venv", str(directory)], "creating the virtual environment")
+    cached_env.run([python312, "-m", "venv", str(directory)],
+                   "creating the virtual environment")
     python = str(directory / "bin" / "python")
-    _run([python, "-m", "pip", "install", "--quiet", "--no-input", "--disable-pip-version-check",
-          "--no-deps", *(f"{name}=={version}" for name, version in pins.items())],
-         "installing MaxText and its pinned dependencies")
+    cached_env.pip_install(python, pins, "installing MaxText and its pinned dependencies")
     probe = (f"import importlib.util, json, os, sys; import {TRAIN_MODULE}; "
              "spec = importlib.util.find_spec('maxtext'); "
              "print(json.dumps({'base_yml': os.path.join(os.path.dirname(spec.origin), "
              "'configs', 'base.yml'), 'version': list(sys.version_info[:3])}))")
-    out = _run([python, "-c", probe], f"importing {TRAIN_MODULE}", env=run_env())
+    out = cached_env.run([python, "-c", probe], f"importing {TRAIN_MODULE}", env=run_env())
     found = json.loads(out.strip().splitlines()[-1])
     if not Path(found["base_yml"]).is_file():
         raise MaxTextEnvError(f"MaxText installed but {found['base_yml']} is not there")
     marker = {"python": python, "python_version": ".".join(map(str, found["version"])),
               "base_yml": found["base_yml"], "train_module": TRAIN_MODULE, "pins": pins}
-    tmp = directory / (MARKER + ".tmp")
-    tmp.write_text(json.dumps(marker, indent=1) + "\n")
-    tmp.replace(directory / MARKER)
+    cached_env.write_marker(directory, MARKER, marker)
     log(f"MaxText environment ready: {python}")
     return marker
-
-
-@contextlib.contextmanager
-def _locked(path: Path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def ensure(log=None) -> dict:
@@ -234,12 +159,7 @@ def ensure(log=None) -> dict:
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     pins = resolved_pins()
     directory = env_dir(pins)
-    if marker := _read_marker(directory, pins):
-        return marker
-    with _locked(directory.with_name(directory.name + ".lock")):
-        if marker := _read_marker(directory, pins):     # built by another process meanwhile
-            return marker
-        return _build(directory, pins, log)
+    return cached_env.ensure(directory, MARKER, pins, lambda: _build(directory, pins, log))
 
 
 def maxtext_python() -> str:
@@ -266,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         marker = ensure()
-    except MaxTextEnvError as err:
+    except cached_env.EnvBuildError as err:
         print(f"maxtext_env: {err}", file=sys.stderr)
         return 1
     print(json.dumps(marker, indent=1) if args.info else marker["python"])

@@ -1,7 +1,8 @@
 """Programs that know nothing of tpujob, in local mode (2 hosts of a v6e-8, JAX on CPU): a plain
 JAX script whose `jax.distributed.initialize()` takes no arguments trains to Succeeded, wired
 only by the standard variables (JAX's coordinator address, GKE's TPU webhook variables, which
-local mode gives as a cluster would)."""
+local mode gives as a cluster would); real MaxText and real Tunix from PyPI, each in its own
+environment, train to Succeeded with their progress in the job's status."""
 
 from __future__ import annotations
 
@@ -79,10 +80,11 @@ MAXTEXT_TINY = {
 def maxtext():
     """MaxText's Python 3.12 environment, built once and cached outside the repository
     (tools/maxtext_env.py). A build that cannot be made fails the test with the reason."""
-    from tools.maxtext_env import MaxTextEnvError, ensure
+    from tools.cached_env import EnvBuildError
+    from tools.maxtext_env import ensure
     try:
         return ensure()
-    except MaxTextEnvError as err:
+    except EnvBuildError as err:
         pytest.fail(f"MaxText's environment could not be built: {err}")
 
 
@@ -149,3 +151,97 @@ def test_maxtext_trains_restarts_after_a_kill_and_resumes_its_checkpoints(local,
     assert after[0] <= seen["step"] <= after[-1]
     assert seen["loss"] > 0 and seen["tokensPerSecondPerDevice"] > 0
     assert seen["stepTimeSeconds"] > 0 and seen["tflopsPerDevice"] >= 0
+
+
+# -- Tunix from PyPI -----------------------------------------------------------------------------
+
+TUNIX_STEPS, TUNIX_CHECKPOINT_EVERY = 80, 20
+
+
+@pytest.fixture(scope="module")
+def tunix():
+    """Tunix's environment, built once and cached outside the repository (tools/tunix_env.py).
+    A build that cannot be made fails the test with the reason."""
+    from tools.cached_env import EnvBuildError
+    from tools.tunix_env import ensure
+    try:
+        return ensure()
+    except EnvBuildError as err:
+        pytest.fail(f"Tunix's environment could not be built: {err}")
+
+
+def tunix_job(marker: dict, checkpoints: Path) -> dict:
+    return {
+        "slice": "v6e-8", "image": f"tunix:{marker['tunix_version']}",
+        "output": "gs://tpujob-e2e/tunix",
+        "trainer": {"command": [marker["python"], str(PROGRAMS / "tunix_grpo.py")],
+                    "args": ["--steps", str(TUNIX_STEPS), "--checkpoint-dir", str(checkpoints),
+                             "--checkpoint-every", str(TUNIX_CHECKPOINT_EVERY)],
+                    "progress": {"source": "log", "format": "jsonl"}},
+        "env": [{"name": "PYTHONPATH", "value": ""}, {"name": "HF_HUB_OFFLINE", "value": "1"}],
+        "restartPolicy": {"maxRestarts": 1}, "firstStepTimeoutSeconds": 600,
+    }
+
+
+def _mean(values: list[float]) -> float:
+    return sum(values) / len(values)
+
+
+def test_tunix_grpo_trains_on_two_hosts_resumes_after_a_kill_and_its_reward_rises(
+        local, tunix, tmp_path):
+    name = unique("tunix")
+    checkpoints = tmp_path / "checkpoints"
+    local.apply(name, tunix_job(tunix, checkpoints))
+
+    def saved() -> list[int]:
+        # Orbax renames a checkpoint to its step only once every process has written it.
+        return sorted(int(p.name) for p in (checkpoints / "actor").glob("*") if p.name.isdigit())
+
+    # Orbax saves the first step too; wait for one that training made.
+    try:
+        wait_for(lambda: [s for s in saved() if s >= TUNIX_CHECKPOINT_EVERY], timeout=400,
+                 interval=0.1, message=f"Tunix's checkpoint of step {TUNIX_CHECKPOINT_EVERY}")
+    except BaseException:
+        pytest.fail(f"no checkpoint: {local.status(name)}\n{_tails(local.logs(name))}")
+    # Host 1 killed at once, while Tunix still has most of its steps to run.
+    [host1] = [p for p in local.processes(name) if "-slice-0-1-" in p["pod"]]
+    os.kill(host1["pid"], signal.SIGKILL)
+    at_kill = saved()
+
+    job = local.wait_phase(name, "Succeeded", "Failed", timeout=480)
+    status = job["status"]
+    assert status["phase"] == "Succeeded", (status, _tails(local.logs(name)))
+    assert status["restarts"] == 1
+    # Tunix's steps reached the job's status through process 0's JSON lines (pods/log).
+    seen = status.get("progress") or {}
+    assert (seen.get("step"), seen.get("totalSteps")) == (TUNIX_STEPS, TUNIX_STEPS), status
+    assert isinstance(seen.get("loss"), float) and seen["stepTimeSeconds"] >= 0, seen
+
+    runs = {host: [json_lines(p) for p in local.logs(name, host=host)] for host in (0, 1)}
+    assert [len(r) for r in runs.values()] == [2, 2]
+    starts = {host: [next(e for e in lines if e.get("event") == "start") for lines in r]
+              for host, r in runs.items()}
+    for host, (first, second) in starts.items():
+        # Each time one 2-process JAX job, each host the process its pod's index says.
+        for start in (first, second):
+            assert (start["process"], start["processes"], start["devices"]) == (host, 2, 2)
+        assert first["resumed_at"] == 0
+    # The second run resumed from one of Tunix's own checkpoints, not from step 0, and finished.
+    resumed = starts[0][1]["resumed_at"]
+    assert resumed == starts[1][1]["resumed_at"] == max(at_kill) >= TUNIX_CHECKPOINT_EVERY, (
+        starts, at_kill)
+    before, after = ([e for e in lines if "step" in e] for lines in runs[0])
+    assert [e["step"] for e in before] == list(range(1, len(before) + 1))
+    # A step's line is written when Tunix reports its loss, during the next step: the first
+    # run's log may end one step short of the checkpoint it saved, never more.
+    assert len(before) >= resumed - 1
+    assert [e["step"] for e in after] == list(range(resumed + 1, TUNIX_STEPS + 1))
+
+    # GRPO taught the random model to answer with "a" (seen: a mean reward of 0.01 over the
+    # first 10 steps, 1.0 over the last 10).
+    first, last = [e["reward"] for e in before[:10]], [e["reward"] for e in after[-10:]]
+    assert _mean(first) < 0.15 and _mean(last) > 0.5, (before, after)
+    # Both processes sampled and scored the same completions: one program over two hosts.
+    done = [next(e for e in runs[host][1] if e.get("event") == "done") for host in (0, 1)]
+    assert done[0]["steps_done"] == done[1]["steps_done"] == TUNIX_STEPS
+    assert done[0]["rewards"] == done[1]["rewards"] == [round(e["reward"], 6) for e in after]

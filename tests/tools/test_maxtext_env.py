@@ -98,10 +98,3 @@ def test_other_pins_or_a_missing_python_build_again(tmp_path, monkeypatch):
     me.ensure()
     assert built == [(directory, pins), (directory, pins)]
     assert os.path.exists(str(directory) + ".lock")
-
-
-def test_the_cache_is_outside_the_repository(monkeypatch):
-    monkeypatch.delenv("TPUJOB_CACHE_DIR", raising=False)
-    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
-    root = me.cache_root()
-    assert me.REPO not in root.parents and root.name == "tpujob"
