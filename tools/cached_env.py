@@ -130,3 +130,21 @@ def ensure(directory: Path, marker_name: str, pins: dict[str, str],
         if marker := read_marker(directory, marker_name, pins):
             return marker
         return build()
+
+
+def main(program: str, description: str, ensure: Callable[[], dict], info_help: str,
+         argv: list[str] | None = None) -> int:
+    """The command line of an environment module: build it if needed, then print its python
+    (or, with --info, its marker as JSON); exit 1 with the reason when it cannot be built."""
+    import argparse
+
+    ap = argparse.ArgumentParser(prog=program, description=description)
+    ap.add_argument("--info", action="store_true", help=info_help)
+    args = ap.parse_args(argv)
+    try:
+        marker = ensure()
+    except EnvBuildError as err:
+        print(f"{program}: {err}", file=sys.stderr)
+        return 1
+    print(json.dumps(marker, indent=1) if args.info else marker["python"])
+    return 0

@@ -34,7 +34,6 @@ off (no marker) is removed and done again.
 
 from __future__ import annotations
 
-import argparse
 import glob
 import json
 import os
@@ -180,17 +179,8 @@ def train_argv(**overrides) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--info", action="store_true",
-                    help="print the entry point, base.yml, Python and pins as JSON")
-    args = ap.parse_args(argv)
-    try:
-        marker = ensure()
-    except cached_env.EnvBuildError as err:
-        print(f"maxtext_env: {err}", file=sys.stderr)
-        return 1
-    print(json.dumps(marker, indent=1) if args.info else marker["python"])
-    return 0
+    return cached_env.main("maxtext_env", __doc__.split("\n\n")[0], ensure,
+                           "print the entry point, base.yml, Python and pins as JSON", argv)
 
 
 if __name__ == "__main__":

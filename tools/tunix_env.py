@@ -27,7 +27,6 @@ off (no marker) is removed and done again. Building takes about a minute and 900
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import shutil
@@ -143,16 +142,8 @@ def tunix_python() -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--info", action="store_true", help="print the Python and pins as JSON")
-    args = ap.parse_args(argv)
-    try:
-        marker = ensure()
-    except cached_env.EnvBuildError as err:
-        print(f"tunix_env: {err}", file=sys.stderr)
-        return 1
-    print(json.dumps(marker, indent=1) if args.info else marker["python"])
-    return 0
+    return cached_env.main("tunix_env", __doc__.split("\n\n")[0], ensure,
+                           "print the Python and pins as JSON", argv)
 
 
 if __name__ == "__main__":

@@ -4,8 +4,6 @@ Nothing here installs MaxText: building is replaced where a test would otherwise
 
 from __future__ import annotations
 
-import json
-import os
 import stat
 
 import pytest
@@ -55,46 +53,3 @@ def test_pins_take_the_trainers_jax_and_maxtexts_version():
     pins = me.resolved_pins({"jax": "9.9.9", "jaxlib": "9.9.8", "flax": "1", "optax": "2"})
     assert (pins["jax"], pins["jaxlib"], pins["maxtext"]) == ("9.9.9", "9.9.8", me.MAXTEXT_VERSION)
     assert not any(name.startswith(("tensorflow", "google-cloud")) for name in pins)
-
-
-def _marker(directory, pins, python):
-    directory.mkdir(parents=True, exist_ok=True)
-    marker = {"python": str(python), "base_yml": "b.yml", "train_module": me.TRAIN_MODULE,
-              "pins": pins}
-    (directory / me.MARKER).write_text(json.dumps(marker))
-    return marker
-
-
-def test_a_built_environment_is_returned_without_building(tmp_path, monkeypatch):
-    monkeypatch.setenv("TPUJOB_CACHE_DIR", str(tmp_path))
-    pins = me.resolved_pins()
-    directory = me.env_dir(pins)
-    marker = _marker(directory, pins, _exe(directory / "bin" / "python"))
-
-    def no_build(*_):
-        raise AssertionError("built again although the marker matches")
-
-    monkeypatch.setattr(me, "_build", no_build)
-    assert me.ensure() == marker
-    assert me.maxtext_python() == str(directory / "bin" / "python")
-
-
-def test_other_pins_or_a_missing_python_build_again(tmp_path, monkeypatch):
-    monkeypatch.setenv("TPUJOB_CACHE_DIR", str(tmp_path))
-    pins = me.resolved_pins()
-    directory = me.env_dir(pins)
-    # A marker at this place whose pins differ (or whose python is gone) is not trusted.
-    _marker(directory, {**pins, "jax": "0.0.1"}, _exe(directory / "bin" / "python"))
-    built = []
-
-    def build(d, p, log):
-        built.append((d, p))
-        return {"python": "new", "pins": p}
-
-    monkeypatch.setattr(me, "_build", build)
-    assert me.ensure()["python"] == "new"
-    (directory / me.MARKER).write_text(json.dumps(
-        {"python": str(directory / "gone"), "pins": pins}))
-    me.ensure()
-    assert built == [(directory, pins), (directory, pins)]
-    assert os.path.exists(str(directory) + ".lock")

@@ -4,9 +4,6 @@ Nothing here installs Tunix: building is replaced where a test would otherwise b
 
 from __future__ import annotations
 
-import json
-import stat
-
 import pytest
 
 from tools import cached_env
@@ -14,13 +11,6 @@ from tools import maxtext_env as me
 from tools import tunix_env as te
 
 pytestmark = pytest.mark.unit
-
-
-def _exe(path):
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text("#!/bin/sh\n")
-    path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return path
 
 
 def test_pins_take_the_trainers_jax_and_tunixs_version():
@@ -71,46 +61,6 @@ def test_the_running_python_is_new_enough():
 def test_the_run_environment_keeps_the_repositorys_path_out():
     env = te.run_env({"PYTHONPATH": "/repo", "HOME": "/h"})
     assert env == {"HOME": "/h", "HF_HUB_OFFLINE": "1"}
-
-
-def _marker(directory, pins, python):
-    directory.mkdir(parents=True, exist_ok=True)
-    marker = {"python": str(python), "tunix_version": te.TUNIX_VERSION, "pins": pins}
-    (directory / te.MARKER).write_text(json.dumps(marker))
-    return marker
-
-
-def test_a_built_environment_is_returned_without_building(tmp_path, monkeypatch):
-    monkeypatch.setenv("TPUJOB_CACHE_DIR", str(tmp_path))
-    pins = te.resolved_pins()
-    directory = te.env_dir(pins)
-    marker = _marker(directory, pins, _exe(directory / "bin" / "python"))
-
-    def no_build(*_):
-        raise AssertionError("built again although the marker matches")
-
-    monkeypatch.setattr(te, "_build", no_build)
-    assert te.ensure() == marker
-    assert te.tunix_python() == str(directory / "bin" / "python")
-
-
-def test_other_pins_or_a_missing_python_build_again(tmp_path, monkeypatch):
-    monkeypatch.setenv("TPUJOB_CACHE_DIR", str(tmp_path))
-    pins = te.resolved_pins()
-    directory = te.env_dir(pins)
-    _marker(directory, {**pins, "google-tunix": "0.0.1"}, _exe(directory / "bin" / "python"))
-    built = []
-
-    def build(d, p, log):
-        built.append((d, p))
-        return {"python": "new", "pins": p}
-
-    monkeypatch.setattr(te, "_build", build)
-    assert te.ensure()["python"] == "new"
-    (directory / te.MARKER).write_text(json.dumps(
-        {"python": str(directory / "gone"), "pins": pins}))
-    te.ensure()
-    assert built == [(directory, pins), (directory, pins)]
 
 
 def test_main_reports_a_build_that_cannot_be_made(monkeypatch, capsys):
