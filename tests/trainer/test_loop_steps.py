@@ -181,6 +181,23 @@ def test_data_that_runs_out_before_the_first_step_saves_nothing():
     assert (outcome.reason, outcome.step, ckpt.saves) == (Reason.DATA_EXHAUSTED, 0, [])
 
 
+@pytest.mark.parametrize(("steps", "batches", "reason"), [
+    (1, 1000, Reason.COMPLETED), (5, 1, Reason.DATA_EXHAUSTED)])
+def test_a_run_that_ends_after_one_step_saves_it(steps, batches, reason):
+    ckpt = Checkpointer(every=100)
+    outcome, _, _ = run(steps, data=Data(batches=batches), checkpointer=ckpt)
+    assert (outcome.reason, outcome.step) == (reason, 1)
+    assert [(s, force) for s, _, _, force in ckpt.saves] == [(1, True)]
+
+
+def test_sigterm_as_the_data_runs_out_ends_the_run_as_data_exhausted():
+    # The flag rides step 3, the last batch: a restart would find no more data either.
+    ckpt = Checkpointer(every=100)
+    outcome, _, _ = run(10, data=Data(batches=3), sigterm_at=2, checkpointer=ckpt)
+    assert (outcome.reason, outcome.step) == (Reason.DATA_EXHAUSTED, 3)
+    assert [(s, force) for s, _, _, force in ckpt.saves] == [(3, True)]
+
+
 def test_a_data_error_ends_the_run_as_a_data_error():
     with pytest.raises(TrainerExit) as err:
         run(10, data=Data(batches=2, broken=True))
@@ -258,6 +275,22 @@ def test_sigterm_sets_the_flag_and_the_previous_handler_comes_back():
 ])
 def test_failures_the_loop_names(error, reason):
     assert _classify(error) == reason
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("DEADLINE_EXCEEDED: barrier timed out", Reason.PEER_LOST),
+    ("UNAVAILABLE: failed to connect", Reason.PEER_LOST),
+    ("missed heartbeat from task 3", Reason.PEER_LOST),
+    ("Connection reset by peer", Reason.PEER_LOST),
+    ("Connection closed by peer", Reason.PEER_LOST),
+    ("Broken pipe", Reason.PEER_LOST),
+    ("the task has died", Reason.PEER_LOST),
+    ("RESOURCE_EXHAUSTED while UNAVAILABLE", Reason.OUT_OF_MEMORY),
+    ("shapes do not match", None),
+])
+def test_with_several_processes_a_lost_connection_is_a_lost_peer(monkeypatch, text, reason):
+    monkeypatch.setattr(loop.jax, "process_count", lambda: 2)
+    assert _classify(RuntimeError(text)) == reason
 
 
 def test_the_time_charged_is_durations_within_the_run():
