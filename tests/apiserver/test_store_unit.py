@@ -202,7 +202,7 @@ def test_a_namespace_is_created_active_with_the_kubernetes_finalizer_and_nothing
     store, _ = new_store()
     ns = store.get(NAMESPACES, None, "default")
     assert ns["status"] == {"phase": "Active"} and ns["spec"] == {"finalizers": ["kubernetes"]}
-    assert "metadata" in ns and "namespace" not in ns["metadata"]
+    assert "namespace" not in ns["metadata"]  # cluster-scoped
     created = store.create(CONFIGMAPS, "default", cm("c")).obj
     assert "status" not in created and "spec" not in created
 
