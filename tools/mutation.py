@@ -49,6 +49,7 @@ VALIDATION_TESTS = ["tests/builders/test_validation_pins.py", "tests/builders/te
                     "tests/builders/test_foreign_preflight.py",
                     "tests/builders/test_config_error_field_unit.py",
                     "tests/controller/test_admission.py", "tests/hostile/test_hostile_jobs.py"]
+CONFIG_TESTS = ["tests/trainer/test_config_fields.py", "tests/trainer/test_config.py"]
 # Module -> the tests that cover it (pytest arguments, relative to the repository root).
 MODULES: dict[str, list[str]] = {
     "trainer/tpujob_plan/catalog.py": PLAN_TESTS,
@@ -77,6 +78,14 @@ MODULES: dict[str, list[str]] = {
                                         "tests/controller/test_observe.py"],
     "operator/tpujob/local/apiserver/patch.py": ["tests/apiserver/test_patch_unit.py"],
     "operator/tpujob/local/apiserver/selectors.py": ["tests/apiserver/test_selectors_unit.py"],
+    "operator/tpujob/local/apiserver/store.py": ["tests/apiserver/test_store_unit.py"],
+    "operator/tpujob/local/apiserver/strategy.py": ["tests/apiserver/test_strategy_unit.py",
+                                                    "tests/apiserver/test_store_unit.py"],
+    **{f"trainer/tpujob_trainer/config/{name}.py": CONFIG_TESTS for name in (
+        "root", "train", "model", "optimizer", "mesh", "data", "checkpoint", "metrics",
+        "compile_cache")},
+    "trainer/tpujob_trainer/loop.py": ["tests/trainer/test_loop_steps.py",
+                                       "tests/trainer/test_loss_check.py"],
 }
 # Survivors judged equivalent (no test can tell them from the original), with why: (module,
 # the source line as written, the mutation) -> reason. The report counts them apart.
@@ -208,6 +217,19 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "found.append((index if isinstance(index, int) else 1 << 30, reading))", "30 -> 31"):
         "the key only puts process 0 first; the others keep only their step, which goodput "
         "takes the max of, so their order changes nothing",
+    ("operator/tpujob/local/apiserver/store.py", "@dataclass(frozen=True)", "True -> False"):
+        "nothing assigns to an Event or hashes one: events only go into the history deque and "
+        "the watchers' queues",
+    ("operator/tpujob/local/apiserver/store.py",
+     "def __init__(self, registry: Registry, history: int = 2000,", "2000 -> 2001"):
+        "the server always passes its own history size (ApiHandler's `history`); the default is "
+        "never read",
+    ("operator/tpujob/local/apiserver/store.py",
+     "self.rv = 1000  # starts above 1, so that a watch from a very old version gets 410",
+     "1000 -> 1001"):
+        "resourceVersions are opaque to clients (Kubernetes API conventions): only their order "
+        "and equality show, and both are the same counted from 1001; a watch from a very old "
+        "version still gets 410",
     ("trainer/tpujob_plan/catalog.py", "elif count is None or count > counts[-1]:", "> -> >="):
         "a count equal to the largest is a valid size and returned before this line",
 }

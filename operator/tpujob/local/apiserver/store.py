@@ -261,17 +261,23 @@ class Store:
             owners = obj["metadata"].get("ownerReferences") or []
             if not any(self._uid_exists(ref.get("uid")) for ref in owners):
                 self._delete_quietly(rtype, obj)
+            else:  # an owner lives on: only the references to owners gone are dropped
+                self._keep_owners(rtype, obj, lambda ref: self._uid_exists(ref.get("uid")))
 
     def _orphan(self, uid: str) -> None:
         for rtype, obj in self._owned_by(uid):
-            updated = copy.deepcopy(obj)
-            updated["metadata"]["ownerReferences"] = [
-                r for r in obj["metadata"]["ownerReferences"] if r.get("uid") != uid]
-            if not updated["metadata"]["ownerReferences"]:
-                del updated["metadata"]["ownerReferences"]
-            result = strategy.WriteResult(updated)
-            updated["metadata"]["resourceVersion"] = str(self.rv + 1)
-            self._store_update(rtype, obj, result)
+            self._keep_owners(rtype, obj, lambda ref: ref.get("uid") != uid)
+
+    def _keep_owners(self, rtype: ResourceType, obj: dict,
+                     keep: Callable[[dict], bool]) -> None:
+        updated = copy.deepcopy(obj)
+        updated["metadata"]["ownerReferences"] = [
+            r for r in obj["metadata"]["ownerReferences"] if keep(r)]
+        if not updated["metadata"]["ownerReferences"]:
+            del updated["metadata"]["ownerReferences"]
+        result = strategy.WriteResult(updated)
+        updated["metadata"]["resourceVersion"] = str(self.rv + 1)
+        self._store_update(rtype, obj, result)
 
     def _register_crd(self, crd: dict[str, Any]) -> None:
         found = [errors.FieldError("Invalid", f, None, m) for f, m in crd_errors(crd)]
