@@ -113,3 +113,26 @@ def test_data_exhausted_with_repeat_trains_on_into_the_next_epoch(tmp_path):
     assert [s["step"] for s in run.steps] == list(range(1, 8))  # epochs of 3: 3 + 3 + 1
     position = json.loads((tmp_path / "out" / "checkpoints" / "7" / "data" / "metadata").read_text())
     assert position["step"] == 7 and position["windows"] == 24
+
+
+def test_a_checkpoint_of_another_model_is_a_config_error_not_a_restart(tmp_path):
+    """Resuming into an output whose checkpoint another model wrote (a config or version
+    change) fails at once as ConfigError (exit 3, no restart), naming what differs; before, the
+    read failed as storage trouble (CheckpointError, exit 42) and the job restarted to its
+    limit."""
+    out = f"output={tmp_path}/out"
+    first = run_cli(["--config", str(TINY_YAML), "train.steps=2", "checkpoint.every=2", out,
+                     *FAST], tmp_path)
+    assert first.returncode == 0, first.stderr
+    other = run_cli(["--config", str(TINY_YAML), "train.steps=4", "model.n_layers=3", out,
+                     *FAST], tmp_path)
+    assert other.returncode == EXIT_CODES[Reason.CONFIG_ERROR] == 3, other.stderr
+    assert other.termination["reason"] == "ConfigError"
+    message = other.termination["message"]
+    assert "the checkpoint of step 2" in message and "holds another model" in message
+    assert "layers/0/attn/wq_DxNxH (2, 64, 4, 16) in the checkpoint, (3, 64, 4, 16) in the model" \
+        in message
+    assert not other.steps
+    same = run_cli(["--config", str(TINY_YAML), "train.steps=4", out, *FAST], tmp_path)
+    assert same.returncode == 0, same.stderr
+    assert [s["step"] for s in same.steps] == [3, 4]

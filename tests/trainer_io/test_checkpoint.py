@@ -288,3 +288,22 @@ def test_restore_into_sharded_targets_on_a_4_device_mesh(tmp_path):
     assert out["same"]["['params']['w']"] == [[4, 8]] * 4
     assert out["resharded"]["['params']['w']"] == [[4, 16]] * 4
     assert out["params_only"]["['w']"] == [[8, 8]] * 4
+
+
+@pytest.mark.parametrize("stored,wanted,expected", [
+    ({"a": (2, 3)}, {"a": (2, 3)}, None),
+    ({}, {}, None),
+    ({"a": (2, 3)}, {"a": (3, 3)}, "shapes differ: a (2, 3) in the checkpoint, (3, 3) in the model"),
+    ({"a": (1,)}, {"a": (1,), "b": (2,)}, "the model has b, which the checkpoint lacks"),
+    ({"blocks/0/w": (4,)}, {"layers/0/w": (2, 4)},
+     "the model has layers/0/w, which the checkpoint lacks; the checkpoint has blocks/0/w, which "
+     "the model lacks"),
+    ({k: (1,) for k in "abcde"}, {k: (2,) for k in "abcde"},
+     "shapes differ: a (1,) in the checkpoint, (2,) in the model; b (1,) in the checkpoint, (2,) "
+     "in the model; c (1,) in the checkpoint, (2,) in the model and 2 more"),
+    ({}, {k: (1,) for k in "wxyz"}, "the model has w, x, y and 1 more, which the checkpoint lacks"),
+])
+def test_params_mismatch_says_what_differs(stored, wanted, expected):
+    from tpujob_trainer.checkpoint import describe_params_mismatch
+
+    assert describe_params_mismatch(stored, wanted) == expected

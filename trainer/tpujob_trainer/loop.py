@@ -120,7 +120,13 @@ def train(cfg: TrainerConfig, penv: ProcessEnv, *, stop: StopSignal | None = Non
     except TrainerExit:
         raise
     except Exception as e:
-        from tpujob_trainer.checkpoint import CheckpointReadError, CheckpointSaveError
+        from tpujob_trainer.checkpoint import (
+            CheckpointMismatchError,
+            CheckpointReadError,
+            CheckpointSaveError,
+        )
+        if isinstance(e, CheckpointMismatchError):  # a config change: no restart can help
+            raise TrainerExit(Reason.CONFIG_ERROR, str(e)) from e
         if isinstance(e, (CheckpointSaveError, CheckpointReadError)):
             raise TrainerExit(Reason.CHECKPOINT_ERROR, str(e)) from e
         reason = _classify(e)
@@ -141,9 +147,9 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
            timeline: Timeline) -> Outcome:
     from tpujob_trainer.checkpoint import restore_params
     from tpujob_trainer.checkpoint.tiered import TieredCheckpointer
+    from tpujob_trainer.data import DataError, DataExhausted, build_data_source
     from tpujob_trainer.executable_cache import ExecutableCache
     from tpujob_trainer.executable_cache import current_key as executable_key
-    from tpujob_trainer.data import DataError, DataExhausted, build_data_source
 
     t_start = time.perf_counter()
     is_main = jax.process_index() == 0

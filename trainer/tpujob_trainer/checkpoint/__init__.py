@@ -43,6 +43,41 @@ class CheckpointReadError(CheckpointError):
     is worth restarting) or every one of them damaged."""
 
 
+class CheckpointMismatchError(CheckpointError):
+    """The newest checkpoint holds parameters of other names or shapes than the model this
+    config builds: a config (or version) change, not storage trouble, so no restart can help."""
+
+
+def _param_shapes(tree) -> dict[str, tuple[int, ...]]:
+    """`params/...` path -> shape, for the leaves of a state (or of its stored metadata)."""
+    def key(k):
+        return str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))))
+    flat = jax.tree_util.tree_flatten_with_path(tree.get("params", {}) if hasattr(tree, "get")
+                                                else {})[0]
+    return {"/".join(key(k) for k in path): tuple(getattr(leaf, "shape", ()))
+            for path, leaf in flat}
+
+
+def describe_params_mismatch(stored: dict[str, tuple[int, ...]],
+                             wanted: dict[str, tuple[int, ...]], most: int = 3) -> str | None:
+    """What differs between a checkpoint's parameters and the model's (None when they agree):
+    parameters only one side has, and shapes that differ, a few of each."""
+    def some(names):
+        names = sorted(names)
+        return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most
+                                          else "")
+    parts = []
+    if missing := set(wanted) - set(stored):
+        parts.append(f"the model has {some(missing)}, which the checkpoint lacks")
+    if extra := set(stored) - set(wanted):
+        parts.append(f"the checkpoint has {some(extra)}, which the model lacks")
+    if shapes := [f"{n} {stored[n]} in the checkpoint, {wanted[n]} in the model"
+                  for n in sorted(set(stored) & set(wanted)) if stored[n] != wanted[n]]:
+        parts.append("shapes differ: " + "; ".join(shapes[:most])
+                     + (f" and {len(shapes) - most} more" if len(shapes) > most else ""))
+    return "; ".join(parts) or None
+
+
 # A checkpoint that fails to read is tried again after these pauses before the one before it
 # is used: falling back drops the newer checkpoint, which a passing storage error must not cost.
 READ_RETRY_DELAYS_S = (2.0, 8.0)
@@ -191,6 +226,11 @@ class Checkpointer:
                           for i in range(n)]
         if not candidates:
             raise CheckpointError(f"no complete checkpoint in {self.directory}")
+        if mismatch := self._params_mismatch(candidates[0], abstract_state):
+            raise CheckpointMismatchError(
+                f"the checkpoint of step {candidates[0]} in {self.directory} holds another model "
+                f"than this config builds ({mismatch}): resume with the config that wrote it, "
+                "or write to a new output")
         args = ocp.args.Composite(**{STATE: ocp.args.StandardRestore(abstract_state),
                                      DATA: ocp.args.JsonRestore()})
         errors = []
@@ -207,6 +247,26 @@ class Checkpointer:
                         self.directory, s, why)
         raise CheckpointReadError(f"no checkpoint in {self.directory} could be restored: "
                                   + "; ".join(errors))
+
+    def _params_mismatch(self, step: int, abstract_state) -> str | None:
+        """How the stored parameters of `step` differ from the state's (from the checkpoint's
+        metadata, no array read); None when they agree or the metadata cannot be read (the read
+        itself then says what is wrong)."""
+        try:
+            manager = ocp.CheckpointManager(
+                self.directory, options=ocp.CheckpointManagerOptions(read_only=True, create=False),
+                item_handlers={STATE: ocp.StandardCheckpointHandler(),
+                               DATA: ocp.JsonCheckpointHandler()})
+            try:
+                stored = manager.item_metadata(step)[STATE]
+            finally:
+                manager.close()
+        except Exception as e:  # unreadable metadata is the read's to report
+            log.warning("checkpoint %s/%d: metadata not read (%s)", self.directory, step, e)
+            return None
+        if stored is None:
+            return None
+        return describe_params_mismatch(_param_shapes(stored), _param_shapes(abstract_state))
 
     def _read(self, step: int, args) -> tuple[Any, str | None]:
         """(restored, None), or (None, why) once every attempt failed on some process. Every
@@ -406,5 +466,6 @@ def restore_params(directory: str, abstract_params, *, step: int | None = None,
     return restored[STATE][key], step
 
 
-__all__ = ["CheckpointConfig", "CheckpointError", "CheckpointReadError", "CheckpointSaveError",
+__all__ = ["CheckpointConfig", "CheckpointError", "CheckpointMismatchError", "CheckpointReadError",
+           "CheckpointSaveError",
            "Checkpointer", "restore_params"]
