@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pydantic
 import pytest
 
 from tests.trainer.helpers import TINY_YAML, clean_env
@@ -80,7 +81,7 @@ def test_missing_and_malformed_files(tmp_path):
 
 def test_config_is_frozen():
     cfg = TrainerConfig()
-    with pytest.raises(Exception):
+    with pytest.raises(pydantic.ValidationError, match="frozen"):
         cfg.train.steps = 5  # type: ignore[misc]
 
 

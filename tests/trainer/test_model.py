@@ -59,7 +59,8 @@ def test_causal(dtype):
     assert not np.allclose(np.asarray(a[0, 10:]), np.asarray(b[0, 10:]))
 
 
-def one_step(model_cfg: ModelConfig, batch, opt=OptimizerConfig(warmup_steps=0, lr=1e-2)):
+def one_step(model_cfg: ModelConfig, batch, opt: OptimizerConfig | None = None):
+    opt = opt or OptimizerConfig(warmup_steps=0, lr=1e-2)
     tx, schedule = build_optimizer(opt, total_steps=10)
     model = Decoder(model_cfg, rngs=nnx.Rngs(0))
     graphdef = nnx.graphdef(model)
