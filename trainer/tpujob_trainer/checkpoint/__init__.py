@@ -50,31 +50,27 @@ class CheckpointMismatchError(CheckpointError):
 
 def _param_shapes(tree) -> dict[str, tuple[int, ...]]:
     """`params/...` path -> shape, for the leaves of a state (or of its stored metadata)."""
-    def key(k):
-        return str(getattr(k, "key", getattr(k, "name", getattr(k, "idx", k))))
-    flat = jax.tree_util.tree_flatten_with_path(tree.get("params", {}) if hasattr(tree, "get")
-                                                else {})[0]
-    return {"/".join(key(k) for k in path): tuple(getattr(leaf, "shape", ()))
-            for path, leaf in flat}
+    params = tree.get("params", {}) if hasattr(tree, "get") else {}
+    return {jax.tree_util.keystr(path, simple=True, separator="/"): tuple(leaf.shape)
+            for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]}
 
 
 def describe_params_mismatch(stored: dict[str, tuple[int, ...]],
                              wanted: dict[str, tuple[int, ...]], most: int = 3) -> str | None:
     """What differs between a checkpoint's parameters and the model's (None when they agree):
     parameters only one side has, and shapes that differ, a few of each."""
-    def some(names):
-        names = sorted(names)
-        return ", ".join(names[:most]) + (f" and {len(names) - most} more" if len(names) > most
-                                          else "")
+    def some(items: list[str], sep: str = ", ") -> str:
+        more = f" and {len(items) - most} more" if len(items) > most else ""
+        return sep.join(items[:most]) + more
+
     parts = []
-    if missing := set(wanted) - set(stored):
+    if missing := sorted(set(wanted) - set(stored)):
         parts.append(f"the model has {some(missing)}, which the checkpoint lacks")
-    if extra := set(stored) - set(wanted):
+    if extra := sorted(set(stored) - set(wanted)):
         parts.append(f"the checkpoint has {some(extra)}, which the model lacks")
     if shapes := [f"{n} {stored[n]} in the checkpoint, {wanted[n]} in the model"
                   for n in sorted(set(stored) & set(wanted)) if stored[n] != wanted[n]]:
-        parts.append("shapes differ: " + "; ".join(shapes[:most])
-                     + (f" and {len(shapes) - most} more" if len(shapes) > most else ""))
+        parts.append("shapes differ: " + some(shapes, "; "))
     return "; ".join(parts) or None
 
 
@@ -467,5 +463,4 @@ def restore_params(directory: str, abstract_params, *, step: int | None = None,
 
 
 __all__ = ["CheckpointConfig", "CheckpointError", "CheckpointMismatchError", "CheckpointReadError",
-           "CheckpointSaveError",
-           "Checkpointer", "restore_params"]
+           "CheckpointSaveError", "Checkpointer", "restore_params"]
