@@ -87,8 +87,10 @@ MODULES: dict[str, list[str]] = {
     **{f"trainer/tpujob_trainer/config/{name}.py": CONFIG_TESTS for name in (
         "root", "train", "model", "optimizer", "mesh", "data", "checkpoint", "metrics",
         "compile_cache")},
+    # The fast fakes first (-x: a mutant they kill costs no training), then real training.
     "trainer/tpujob_trainer/loop.py": ["tests/trainer/test_loop_steps.py",
-                                       "tests/trainer/test_loss_check.py"],
+                                       "tests/trainer/test_loss_check.py",
+                                       "tests/trainer/test_loop_train.py"],
 }
 # Survivors judged equivalent (no test can tell them from the original), with why: (module,
 # the source line as written, the mutation) -> reason. The report counts them apart.

@@ -139,8 +139,12 @@ def _shared_attempt(timeline: Timeline) -> None:
     """Every process of one start names its attempt after process 0's start time."""
     if jax.process_count() > 1:
         from jax.experimental import multihost_utils
-        mine = np.array(int(timeline.attempt, 16), np.int64)
-        timeline.attempt = f"{int(multihost_utils.broadcast_one_to_all(mine)):x}"
+        # In two 32-bit halves: without jax_enable_x64 an int64 is cut to its low 32 bits on
+        # the way (a start time in milliseconds needs 41).
+        started = int(timeline.attempt, 16)
+        mine = np.array([started >> 32, started & 0xFFFFFFFF], np.uint32)
+        high, low = (int(x) for x in multihost_utils.broadcast_one_to_all(mine))
+        timeline.attempt = f"{high << 32 | low:x}"
 
 
 def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
