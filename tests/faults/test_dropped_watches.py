@@ -105,6 +105,10 @@ def test_a_job_deleted_while_the_operator_could_not_watch_leaves_it(tmp_path):
         assert count(cluster, JOBSETS) == 1
 
 
+def _label(job: dict) -> str | None:
+    return ((job.get("metadata") or {}).get("labels") or {}).get("n")
+
+
 @pytest.mark.parametrize("namespaces", [(), ("gap2",)], ids=["clusterwide", "namespaced"])
 def test_a_job_deleted_while_both_watches_lost_their_history_is_dropped_by_the_relist(
         tmp_path, namespaces):
@@ -128,16 +132,20 @@ def test_a_job_deleted_while_both_watches_lost_their_history_is_dropped_by_the_r
                 cluster.patch(JOBS + "/kept", {"metadata": {"labels": {"n": str(i)}}})
                 cluster.patch(JOBSETS + "/kept", {"metadata": {"labels": {"n": str(i)}}})
             srv.set_faults()
+            # The relist may run while the patches above are still being made (the operator's
+            # own lists are not the ones failing): wait for the kept job's last change as well.
             wait_for(lambda: sorted(op.operator.jobs) == [("gap2", "kept")] and
-                     sorted(op.operator.jobsets) == [("gap2", "kept")], timeout=20,
+                     sorted(op.operator.jobsets) == [("gap2", "kept")] and
+                     _label(op.operator.jobs[("gap2", "kept")]) == "19", timeout=20,
                      message=f"the deleted job to leave the operator ({sorted(op.operator.jobs)}"
-                             f", {sorted(op.operator.jobsets)})")
+                             f", {sorted(op.operator.jobsets)}) and the kept one's last change "
+                             "to arrive")
             found = op.operator.metrics.registry.get_sample_value(
                 "tpujob_operator_relist_changes_total")
         finally:
             op.stop()
         assert found and found >= 2  # the job and its JobSet: nothing else told the operator
         # The kept job's changes came through as well, and nothing was made for the gone one.
-        assert op.operator.jobs[("gap2", "kept")]["metadata"]["labels"]["n"] == "19"
+        assert _label(op.operator.jobs[("gap2", "kept")]) == "19"
         assert cluster.jobset("gone") is None
         assert count(cluster, JOBSETS) == 1
