@@ -67,6 +67,32 @@ def test_the_specific_cause_beats_its_consequences():
     assert explain_failure([]) is None
 
 
+@pytest.mark.parametrize("exits, expected", [
+    # A crash on one host, and its peers stopped by the JobSet's restart (SIGTERM): the crash.
+    ([ContainerExit("a", "trainer", 42, "Error", trainer_says("Preempted")),
+      ContainerExit("b", "trainer", 1, "Error", trainer_says("InternalError")),
+      ContainerExit("c", "trainer", 143, "Error")], FailureReason.ERROR),
+    ([ContainerExit("a", "trainer", 143, "Error"),
+      ContainerExit("b", "trainer", 1, "Error", "Traceback ...")], FailureReason.ERROR),
+    ([ContainerExit("a", "trainer", 42, "Error", trainer_says("PeerLost")),
+      ContainerExit("b", "trainer", 1, "Error", trainer_says("InternalError"))],
+     FailureReason.ERROR),
+    # The cluster says it disrupted a host: that is the cause, and its peers' errors follow.
+    ([ContainerExit("a", "trainer", 1, "Error", trainer_says("InternalError")),
+      ContainerExit("b", "trainer", 143, "Error", disrupted=True)], FailureReason.PREEMPTED),
+    # A specific trainer reason still beats everything undisrupted.
+    ([ContainerExit("a", "trainer", 1, "Error", trainer_says("InternalError")),
+      ContainerExit("b", "trainer", 6, "Error", trainer_says("NaNLoss"))],
+     FailureReason.NAN_LOSS),
+    # Only signals: a preemption.
+    ([ContainerExit("a", "trainer", 143, "Error"),
+      ContainerExit("b", "trainer", 42, "Error", trainer_says("PeerLost"))],
+     FailureReason.PREEMPTED),
+])
+def test_a_crash_beats_the_sigterms_of_the_restart_it_caused(exits, expected):
+    assert explain_failure(exits)[0] == expected
+
+
 def _pod(name, *, attempt=0, job_index="0", index="0", phase="Running", ip="10.0.0.5",
          statuses=(), disrupted=False):
     return {"metadata": {"name": name,

@@ -39,8 +39,11 @@ TRAINER_REASONS = {
     "CheckpointError": FailureReason.CHECKPOINT_ERROR,
     "InternalError": FailureReason.ERROR,
 }
-# Less specific causes rank lower: a host that died of OOM explains its peers' lost-peer exits.
-_RANK = {FailureReason.PREEMPTED: 1, FailureReason.ERROR: 2}
+# Less specific causes rank lower: a host that died of OOM explains its peers' lost-peer exits,
+# and a host that crashed explains the peers the JobSet stopped with SIGTERM to restart them
+# all (they exit as Preempted or by the signal). A pod the cluster itself marked disrupted
+# (DisruptionTarget: preemption, node shutdown, eviction) is a cause, not a consequence.
+_RANK = {FailureReason.ERROR: 1, FailureReason.PREEMPTED: 2}
 SIGNAL_BASE = 128
 
 
@@ -187,13 +190,14 @@ def read_container_exits(pods: list[dict[str, Any]]) -> list[ContainerExit]:
 
 def explain_failure(exits: list[ContainerExit]) -> tuple[FailureReason, str] | None:
     """The most specific cause among the newest attempt's failed containers: a fatal trainer
-    reason beats a lost peer or a signal, which are usually its consequences."""
+    reason or a disruption the cluster recorded beats a crash, which beats a lost peer or a
+    signal (usually the consequences of the others)."""
     if not exits:
         return None
     newest = exits[0].restart_attempt
-    candidates = [e.classify() for e in exits if e.restart_attempt == newest]
-    candidates.sort(key=lambda rc: _RANK.get(rc[0], 0))
-    return candidates[0]
+    candidates = [(e.classify(), e.disrupted) for e in exits if e.restart_attempt == newest]
+    candidates.sort(key=lambda c: 0 if c[1] else _RANK.get(c[0][0], 0))
+    return candidates[0][0]
 
 
 @dataclass(frozen=True)
