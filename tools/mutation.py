@@ -237,7 +237,58 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "version still gets 410",
     ("trainer/tpujob_plan/catalog.py", "elif count is None or count > counts[-1]:", "> -> >="):
         "a count equal to the largest is a valid size and returned before this line",
+    ("trainer/tpujob_trainer/loop.py", "if jax.process_count() > 1:", "> -> >="):
+        "with one process the broadcast hands process 0's own attempt back, and the name is "
+        "rebuilt as it was made (lowercase hex, no leading zero); with several both are true",
+    ("trainer/tpujob_trainer/loop.py", "if jax.process_count() > 1:", "1 -> 0"):
+        "as `>= 1`: one process broadcasting its attempt to itself keeps it unchanged",
+    ("trainer/tpujob_trainer/loop.py",
+     'tokens_sharding = named_sharding(("batch", None), (B, L + 1), mesh)', "+ -> -"):
+        "the second dimension has no logical axis (None), so logical_to_spec never reads its "
+        "size, and a NamedSharding holds no shape: the same sharding for any length",
+    ("trainer/tpujob_trainer/loop.py",
+     'tokens_sharding = named_sharding(("batch", None), (B, L + 1), mesh)', "1 -> 0"):
+        "as `L - 1`: the size of a dimension without a logical axis is never read",
 }
+# A fixed sample of known mutants across the core, each with the fast tests that kill it:
+# `--sample` plants them one at a time (tests/tools/test_mutation_sample.py runs it in CI), so a
+# change that leaves the tests unable to fail on these bugs is seen in every run, not only when
+# someone measures a module. (module, the source line as written, the mutation, the tests.)
+SAMPLE: list[tuple[str, str, str, list[str]]] = [
+    ("trainer/tpujob_plan/catalog.py", "return self.chips * self.generation.devices_per_chip",
+     "* -> /", ["tests/plan/test_catalog.py::test_names_resolve"]),
+    ("trainer/tpujob_plan/memory.py", "USABLE_HBM_FRACTION = 0.95", "0.95 -> 1.4249999999999998",
+     ["tests/plan/test_memory_and_flops.py::test_memory_of_muon_moe_and_the_fit_boundary_by_hand"]),
+    ("operator/tpujob/builders/jobset.py",
+     "TERMINATION_GRACE_SECONDS = 120  # time to finish an async checkpoint after SIGTERM",
+     "120 -> 121", ["tests/builders/test_builder_pins.py::"
+                    "test_the_grace_period_leaves_two_minutes_for_the_last_checkpoint"]),
+    ("operator/tpujob/controller/decide.py", "if deadline is None or obs.now <= deadline:",
+     "<= -> <", ["tests/controller/test_decide_status.py::"
+                 "test_no_step_for_exactly_the_allowance_is_not_yet_a_stall"]),
+    ("operator/tpujob/controller/observe.py", "SIGNAL_BASE = 128", "128 -> 129",
+     ["tests/controller/test_observe.py::test_exit_codes_above_128_are_signals"]),
+    ("operator/tpujob/controller/reconcile.py",
+     'events = [e for e in events if e.reason != "Created"]', "!= -> ==",
+     ["tests/controller/test_reconcile_paths.py::"
+      "test_a_jobset_found_by_a_409_is_adopted_when_it_is_the_jobs"]),
+    ("operator/tpujob/controller/kube.py", "RETRY_STATUSES = {409, 429, 500, 502, 503, 504}",
+     "502 -> 503", ["tests/controller/test_kube_api.py::"
+                    "test_an_answer_is_sorted_into_retry_later_or_refused"]),
+    ("operator/tpujob/local/apiserver/selectors.py",
+     "if not (_NAME.match(name) and len(name) <= 63", "63 -> 64",
+     ["tests/apiserver/test_selectors_unit.py::test_label_key_and_value_limits"]),
+    ("trainer/tpujob_trainer/exits.py", "RETRY_EXIT_CODE = 42", "42 -> 43",
+     ["tests/trainer/test_termination_message.py::"
+      "test_exit_codes_are_the_ones_docs_trainer_md_documents"]),
+    ("trainer/tpujob_trainer/config/train.py",
+     'steps: int = Field(100, ge=1, description="Total optimizer steps of the run (a resumed '
+     'run continues to it).")', "1 -> 0", ["tests/trainer/test_config_fields.py"]),
+    ("trainer/tpujob_trainer/loop.py",
+     "if pending_step % cfg.metrics.log_every == 0 or pending_step == total:", "or -> and",
+     ["tests/trainer/test_loop_steps.py::"
+      "test_step_lines_every_log_every_steps_and_the_last_with_moe_loss"]),
+]
 PYTEST_ARGS = ["-x", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--no-header",
                "--timeout=120"]
 
@@ -406,6 +457,12 @@ def _preload() -> None:
 
 def _run_tests(work: Path, tests: list[str], timeout_s: float) -> tuple[str, float]:
     """('passed' | 'failed' | 'timeout', seconds) of one pytest run in a forked child."""
+    code, seconds = _run_pytest(work, tests, timeout_s)
+    return {0: "passed", None: "timeout"}.get(code, "failed"), seconds
+
+
+def _run_pytest(work: Path, tests: list[str], timeout_s: float) -> tuple[int | None, float]:
+    """(pytest's exit code, or None on timeout; seconds) of one run in a forked child."""
     start = time.monotonic()
     pid = os.fork()
     if pid == 0:  # the child
@@ -423,12 +480,11 @@ def _run_tests(work: Path, tests: list[str], timeout_s: float) -> tuple[str, flo
     while True:
         done, status = os.waitpid(pid, os.WNOHANG)
         if done:
-            code = os.waitstatus_to_exitcode(status)
-            return ("passed" if code == 0 else "failed"), time.monotonic() - start
+            return os.waitstatus_to_exitcode(status), time.monotonic() - start
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             os.waitpid(pid, 0)
-            return "timeout", time.monotonic() - start
+            return None, time.monotonic() - start
         time.sleep(0.02)
 
 
@@ -491,6 +547,50 @@ def _run_modules(work: Path, modules: list[str], shard: int, shards: int,
             target.write_text(source)
 
 
+def find_mutant(source: str, line_text: str, what: str) -> Mutant:
+    """The one mutant `what` of the line that reads `line_text` (stripped)."""
+    lines = source.splitlines()
+    found = [m for m in mutants(source)
+             if m.what == what and lines[m.line - 1].strip() == line_text]
+    if len(found) != 1:
+        raise LookupError(f"{len(found)} mutants {what!r} of the line {line_text!r}")
+    return found[0]
+
+
+def check_sample() -> int:
+    """Plant each SAMPLE mutant; 0 when its tests pass unmutated and fail (exit 1) on it."""
+    work = STATE / f"sample-{os.getpid()}"
+    _prepare(work)
+    _preload()
+    missed = []
+    try:
+        for module, line_text, what, tests in SAMPLE:
+            source = (ROOT / module).read_text()
+            where = f"{module}: {what} in {line_text!r}"
+            try:
+                mutant = find_mutant(source, line_text, what)
+            except LookupError as err:
+                missed.append(f"{where}: not found ({err}); the line changed: pick a mutant "
+                              "of it, or of another line, in SAMPLE")
+                continue
+            before, _ = _run_pytest(work, tests, PER_MUTANT_TIMEOUT_S)
+            (work / module).write_text(mutated_source(source, mutant.index))
+            try:
+                after, seconds = _run_pytest(work, tests, PER_MUTANT_TIMEOUT_S)
+            finally:
+                (work / module).write_text(source)
+            if before != 0 or after != 1:
+                missed.append(f"{where}: {' '.join(tests)} exit {before} unmutated and "
+                              f"{after} mutated (want 0, then 1)")
+            print(f"{'killed ' if after == 1 else 'MISSED '} {module}:{mutant.line} {what} "
+                  f"({seconds:.1f} s)", flush=True)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    for line in missed:
+        print(f"not killed: {line}", flush=True)
+    return 1 if missed else 0
+
+
 def report(modules: list[str]) -> int:
     done = _load_results()
     print(f"{'module':50} {'mutants':>7} {'killed':>6} {'equiv':>5} {'survived':>8} "
@@ -534,7 +634,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=float, help="stop starting mutants after N seconds")
     parser.add_argument("--report", action="store_true", help="print the table and stop")
     parser.add_argument("--list", action="store_true", help="print each module's mutants")
+    parser.add_argument("--sample", action="store_true",
+                        help="plant the fixed SAMPLE of mutants; exit 1 unless each is killed")
     args = parser.parse_args(argv)
+    if args.sample:
+        STATE.mkdir(exist_ok=True)
+        return check_sample()
     modules = args.modules or list(MODULES)
     unknown = [m for m in modules if m not in MODULES]
     if unknown:
