@@ -9,7 +9,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from tpujob_trainer.config.model import ModelConfig
-from tpujob_trainer.models.layers import MLP, Attention, RMSNorm, init_param
+from tpujob_trainer.models.layers import MLP, Attention, RMSNorm, dot, init_param
 from tpujob_trainer.models.moe import MoE
 from tpujob_trainer.sharding import shard
 
@@ -148,7 +148,7 @@ class Decoder(nnx.Module):
             aux = aux + run_aux
         x_BxLxD = self.final_norm(x_BxLxD)
         if self.head_DxV is None:
-            logits_BxLxV = jnp.einsum("bld,vd->blv", x_BxLxD, self.embed_VxD[...].astype(self.dtype))
+            logits_BxLxV = dot("bld,vd->blv", x_BxLxD, self.embed_VxD[...].astype(self.dtype))
         else:
-            logits_BxLxV = jnp.einsum("bld,dv->blv", x_BxLxD, self.head_DxV[...].astype(self.dtype))
+            logits_BxLxV = dot("bld,dv->blv", x_BxLxD, self.head_DxV[...].astype(self.dtype))
         return shard(logits_BxLxV, ("batch", "length", "vocab")).astype(jnp.float32), aux

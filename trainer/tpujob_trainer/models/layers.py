@@ -7,6 +7,8 @@ and cast to the compute `dtype` where they are used.
 
 from __future__ import annotations
 
+import functools
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
@@ -16,6 +18,40 @@ from tpujob_trainer.sharding import shard
 # Causal attention in this many query chunks, each reading only the keys up to its own end:
 # with 2, a quarter of the scores (all of them masked) is never computed.
 CAUSAL_CHUNKS = 2
+
+
+def dot(eq: str, x: jax.Array, w: jax.Array) -> jax.Array:
+    """`jnp.einsum(eq, x, w)` of two compute-dtype operands, accumulated and returned in float32,
+    and differentiated the same way: the backward matmuls take the output's gradient in the
+    operands' dtype and accumulate in float32. Written out because autodiff would run them on the
+    float32 gradient, and because XLA:CPU has no matmul with a 16-bit result: it widens such a
+    matmul to float32 whole. So every matmul of a bf16 model is bf16 x bf16 -> float32, forward
+    and back (the MXU's own form on a TPU). With float32 operands: the plain einsum."""
+    if x.dtype == jnp.float32 and w.dtype == jnp.float32:
+        return jnp.einsum(eq, x, w)
+    return _mixed_dot(eq, x, w)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(0,))
+def _mixed_dot(eq: str, x: jax.Array, w: jax.Array) -> jax.Array:
+    return jnp.einsum(eq, x, w, preferred_element_type=jnp.float32)
+
+
+def _dot_fwd(eq, x, w):
+    return _mixed_dot(eq, x, w), (x, w)
+
+
+def _dot_bwd(eq, res, g):
+    x, w = res
+    ins, out = eq.split("->")
+    xs, ws = ins.split(",")
+    g = g.astype(x.dtype)
+    dx = jnp.einsum(f"{out},{ws}->{xs}", g, w, preferred_element_type=jnp.float32)
+    dw = jnp.einsum(f"{xs},{out}->{ws}", x, g, preferred_element_type=jnp.float32)
+    return dx.astype(x.dtype), dw.astype(w.dtype)
+
+
+_mixed_dot.defvjp(_dot_fwd, _dot_bwd)
 
 
 def init_param(rngs: nnx.Rngs, shape: tuple[int, ...], fan_in: int, dtype, axes, *,
@@ -85,14 +121,14 @@ class Attention(nnx.Module):
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
         dt = self.dtype
         positions_L = jnp.arange(x_BxLxD.shape[1])
-        q_BxLxNxH = jnp.einsum("bld,dnh->blnh", x_BxLxD, self.wq_DxNxH[...].astype(dt))
-        k_BxLxKxH = jnp.einsum("bld,dkh->blkh", x_BxLxD, self.wk_DxKxH[...].astype(dt))
-        v_BxLxKxH = jnp.einsum("bld,dkh->blkh", x_BxLxD, self.wv_DxKxH[...].astype(dt))
+        q_BxLxNxH = dot("bld,dnh->blnh", x_BxLxD, self.wq_DxNxH[...].astype(dt)).astype(dt)
+        k_BxLxKxH = dot("bld,dkh->blkh", x_BxLxD, self.wk_DxKxH[...].astype(dt)).astype(dt)
+        v_BxLxKxH = dot("bld,dkh->blkh", x_BxLxD, self.wv_DxKxH[...].astype(dt)).astype(dt)
         q_BxLxNxH = shard(rope(q_BxLxNxH, positions_L, self.rope_theta), ("batch", "length", "heads", None))
         k_BxLxKxH = shard(rope(k_BxLxKxH, positions_L, self.rope_theta), ("batch", "length", "kv_heads", None))
         v_BxLxKxH = shard(v_BxLxKxH, ("batch", "length", "kv_heads", None))
         o_BxLxNxH = causal_attention(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH)
-        return jnp.einsum("blnh,nhd->bld", o_BxLxNxH, self.wo_NxHxD[...].astype(dt))
+        return dot("blnh,nhd->bld", o_BxLxNxH, self.wo_NxHxD[...].astype(dt)).astype(dt)
 
 
 @jax.custom_vjp
@@ -130,8 +166,7 @@ class MLP(nnx.Module):
         dt = self.dtype
         # Gate and up leave the matmul in float32 (its accumulator), where SiLU and the product
         # are computed; one rounding to the compute dtype after (fewer converts than SiLU in bf16).
-        h_BxLx2xF = jnp.einsum("bld,dkf->blkf", x_BxLxD, self.w_in_Dx2xF[...].astype(dt),
-                               preferred_element_type=jnp.float32)
+        h_BxLx2xF = dot("bld,dkf->blkf", x_BxLxD, self.w_in_Dx2xF[...].astype(dt))
         h_BxLxF = swiglu(h_BxLx2xF).astype(dt)
         h_BxLxF = shard(h_BxLxF, ("batch", "length", "mlp"))
-        return jnp.einsum("blf,fd->bld", h_BxLxF, self.w_out_FxD[...].astype(dt))
+        return dot("blf,fd->bld", h_BxLxF, self.w_out_FxD[...].astype(dt)).astype(dt)

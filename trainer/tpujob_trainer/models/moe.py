@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from tpujob_trainer.config.model import MoEConfig
-from tpujob_trainer.models.layers import MLP, init_param
+from tpujob_trainer.models.layers import MLP, dot, init_param
 
 
 class MoE(nnx.Module):
@@ -58,11 +58,12 @@ class MoE(nnx.Module):
         combine_BxLxExC = jnp.einsum("bklec,blk->blec", dispatch_BxkxLxExC.astype(jnp.float32),
                                      weights_BxLxk).astype(dt)
 
-        xin_ExBxCxD = jnp.einsum("blec,bld->ebcd", dispatch_BxLxExC, x_BxLxD)
-        h_ExBxCx2xF = jnp.einsum("ebcd,edkf->ebckf", xin_ExBxCxD, self.w_in_ExDx2xF[...].astype(dt))
-        h_ExBxCxF = jax.nn.silu(h_ExBxCx2xF[..., 0, :]) * h_ExBxCx2xF[..., 1, :]
-        out_ExBxCxD = jnp.einsum("ebcf,efd->ebcd", h_ExBxCxF, self.w_out_ExFxD[...].astype(dt))
-        y_BxLxD = jnp.einsum("blec,ebcd->bld", combine_BxLxExC, out_ExBxCxD)
+        # Matmuls as the dense layers do them (layers.dot): 16-bit operands, float32 results.
+        xin_ExBxCxD = dot("blec,bld->ebcd", dispatch_BxLxExC, x_BxLxD).astype(dt)
+        h_ExBxCx2xF = dot("ebcd,edkf->ebckf", xin_ExBxCxD, self.w_in_ExDx2xF[...].astype(dt))
+        h_ExBxCxF = (jax.nn.silu(h_ExBxCx2xF[..., 0, :]) * h_ExBxCx2xF[..., 1, :]).astype(dt)
+        out_ExBxCxD = dot("ebcf,efd->ebcd", h_ExBxCxF, self.w_out_ExFxD[...].astype(dt)).astype(dt)
+        y_BxLxD = dot("blec,ebcd->bld", combine_BxLxExC, out_ExBxCxD).astype(dt)
         if self.shared is not None:
             y_BxLxD = y_BxLxD + self.shared(x_BxLxD)
 
