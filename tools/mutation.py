@@ -216,7 +216,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
         "only reached when prev.last_checkpoint_step is truthy, so at least 1 (a step number "
         "is >= 0): the max is the same with 0 or 1",
     ("operator/tpujob/controller/observe.py",
-     "_RANK = {FailureReason.PREEMPTED: 1, FailureReason.ERROR: 2}", "2 -> 3"):
+     "_RANK = {FailureReason.ERROR: 1, FailureReason.PREEMPTED: 2}", "2 -> 3"):
         "the ranks only sort (others 0, then 1, then 2 or 3): the same order",
     ("operator/tpujob/controller/observe.py",
      "found.append((index if isinstance(index, int) else 1 << 30, reading))", "30 -> 31"):
