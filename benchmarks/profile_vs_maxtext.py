@@ -64,8 +64,9 @@ def trace_tpujob(dtype: str, devices: int, out: str) -> dict:
     import trainer_throughput as tt
 
     mesh = {"ici": {"fsdp": -1}} if devices > 1 else {"ici": {"data": -1}}
-    cfg = tt.anchor_config(dtype, "full", 10, checkpoint={"enabled": False}, output="unused",
-                           mesh=mesh, train={"global_batch": 8, "seq_len": 256})
+    cfg = tt.anchor_config(dtype, "full", 10, checkpoint={"enabled": False},
+                           output=tt.scratch_output(), mesh=mesh,
+                           train={"global_batch": 8, "seq_len": 256})
     if jax.device_count() != devices:
         raise SystemExit(f"JAX sees {jax.device_count()} devices, not {devices}")
     with tt.compiled_anchor_step(cfg) as (step, state, batch):

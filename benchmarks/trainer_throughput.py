@@ -131,12 +131,24 @@ def compiled_anchor_step(cfg):
         yield compiled, fns.init(), batch
 
 
+def scratch_output() -> str:
+    """A fresh output directory, removed at exit: the run's compilation cache lands there, not
+    in the working directory, and no earlier run's cache serves this one."""
+    import atexit
+    import shutil
+
+    path = tempfile.mkdtemp(prefix="tpujob-bench-")
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
+
+
 def worker_variant(dtype: str, remat: str, steps: int) -> dict:
     import jax
 
     from tpujob_plan.flops import train_flops_per_step
 
-    cfg = anchor_config(dtype, remat, steps, checkpoint={"enabled": False}, output="unused")
+    cfg = anchor_config(dtype, remat, steps, checkpoint={"enabled": False},
+                        output=scratch_output())
     events = run_loop(cfg)
     steps_ = [e for e in events if e["event"] == "step"]
     rows = steps_[WARMUP_STEPS:]
