@@ -9,7 +9,6 @@ from __future__ import annotations
 import http.server
 import json
 import logging
-import secrets
 import threading
 from pathlib import Path
 
@@ -18,44 +17,14 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from urllib3.exceptions import ProtocolError
 
-from tests.operator.conftest import JOBS, JOBSETS, ROOT, Cluster
+from tests.operator.conftest import JOBS, JOBSETS, Cluster
 from tpujob.controller.kube import ApiRefused, ApiUnavailable, KubeApi, _translate
-from tpujob.controller.runner import load_api_config
-from tpujob.local.apiserver import ApiServer, bundled_crd_paths, load_crds
 from tpujob.local.apiserver.podlogs import ContainerLog
 
 pytestmark = pytest.mark.integration
 CONFIGMAPS = "/api/v1/namespaces/{ns}/configmaps"
 BATCH_JOBS = "/apis/batch/v1/namespaces/{ns}/jobs"
 PODS = "/api/v1/namespaces/{ns}/pods"
-
-
-@pytest.fixture(scope="module")
-def server():
-    crds = load_crds(bundled_crd_paths() + [ROOT / "manifests" / "crd.yaml"])
-    with ApiServer(crds=crds) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def kubeconfig(server, tmp_path_factory) -> Path:
-    return server.write_kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig")
-
-
-@pytest.fixture(scope="module")
-def kube(kubeconfig) -> KubeApi:
-    return KubeApi(client.ApiClient(load_api_config(kubeconfig)))
-
-
-@pytest.fixture
-def c(server, kubeconfig) -> Cluster:
-    server.set_faults()
-    server.set_pod_logs(None)
-    cluster = Cluster(server, kubeconfig, f"kube-{secrets.token_hex(3)}")
-    cluster.request("POST", "/api/v1/namespaces", json={
-        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": cluster.namespace}})
-    yield cluster
-    server.set_faults()
 
 
 def sent(c: Cluster) -> list[tuple[str, str, int]]:

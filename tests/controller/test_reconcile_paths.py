@@ -21,9 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kubernetes import client
 
-from tests.operator.conftest import JOBS, JOBSETS, ROOT, TINY, Cluster
+from tests.operator.conftest import JOBS, JOBSETS, TINY, Cluster
 from tpujob.api.status import FailureReason, Phase, TpuTrainingJobStatus, find_condition
 from tpujob.builders.jobset import build_children
 from tpujob.controller.decide import Action, Decision, Observation
@@ -31,10 +30,8 @@ from tpujob.controller.kube import ApiUnavailable, KubeApi
 from tpujob.controller.metrics import OperatorMetrics
 from tpujob.controller.observe import JobSetState, ProgressReading
 from tpujob.controller.reconcile import Outcome, Reconciler, _status_patch
-from tpujob.controller.runner import load_api_config
 from tpujob.controller.settings import OperatorSettings
 from tpujob.gcp.errors import QuotaExceeded
-from tpujob.local.apiserver import ApiServer, bundled_crd_paths, load_crds
 from tpujob.local.apiserver.podlogs import ContainerLog
 from tpujob.validation import validate_job
 
@@ -67,34 +64,6 @@ class LogFiles:
     def container_log(self, namespace, pod, uid, container, previous):
         path = self.root / f"{pod}.log"
         return ContainerLog(path, lambda: False) if path.exists() else None
-
-
-@pytest.fixture(scope="module")
-def server():
-    crds = load_crds(bundled_crd_paths() + [ROOT / "manifests" / "crd.yaml"])
-    with ApiServer(crds=crds) as srv:
-        yield srv
-
-
-@pytest.fixture(scope="module")
-def kubeconfig(server, tmp_path_factory) -> Path:
-    return server.write_kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig")
-
-
-@pytest.fixture(scope="module")
-def kube(kubeconfig) -> KubeApi:
-    return KubeApi(client.ApiClient(load_api_config(kubeconfig)))
-
-
-@pytest.fixture
-def c(server, kubeconfig) -> Cluster:
-    server.set_faults()
-    server.set_pod_logs(None)
-    cluster = Cluster(server, kubeconfig, f"rec-{secrets.token_hex(3)}")
-    cluster.request("POST", "/api/v1/namespaces", json={
-        "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": cluster.namespace}})
-    yield cluster
-    server.set_faults()
 
 
 def sent(c: Cluster, since: int = 0) -> list[tuple[str, str]]:

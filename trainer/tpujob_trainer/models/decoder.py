@@ -151,4 +151,4 @@ class Decoder(nnx.Module):
             logits_BxLxV = dot("bld,vd->blv", x_BxLxD, self.embed_VxD[...].astype(self.dtype))
         else:
             logits_BxLxV = dot("bld,dv->blv", x_BxLxD, self.head_DxV[...].astype(self.dtype))
-        return shard(logits_BxLxV, ("batch", "length", "vocab")).astype(jnp.float32), aux
+        return shard(logits_BxLxV, ("batch", "length", "vocab")), aux  # float32 from dot
