@@ -3,6 +3,8 @@ refused for a single slice, by the model and by the CRD's CEL rule, naming the f
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.api import k8s_schema as k8s
@@ -40,6 +42,19 @@ def test_each_strategy_builds_its_failure_policy(slices, restart, strategy, acti
     policy = _policy(slices, **restart)
     assert policy["restartStrategy"] == strategy
     assert [r["action"] for r in policy["rules"]] == actions
+
+
+# JobSet's webhook (pkg/webhooks/jobset_webhook.go, v0.12.0) refuses any other rule name, and
+# with it the whole JobSet: the real controller refused "fatal-exit" on every job.
+JOBSET_RULE_NAME = re.compile(r"^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$")
+
+
+@pytest.mark.parametrize("slices, restart", [
+    (1, {}), (1, {"strategy": "InPlaceRestart"}), (2, {"strategy": "RestartJob"})])
+def test_rule_names_are_ones_jobsets_webhook_accepts(slices, restart):
+    names = [r["name"] for r in _policy(slices, **restart)["rules"]]
+    assert all(JOBSET_RULE_NAME.match(n) and len(n) <= 128 for n in names), names
+    assert len(set(names)) == len(names)
 
 
 def test_restart_job_on_one_slice_is_refused_naming_the_field():

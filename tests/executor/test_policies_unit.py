@@ -38,10 +38,10 @@ def failed_job(name: str, reason: str, message: str = "", rjob: str = "slice",
 
 
 TPUJOB_RULES = [
-    {"name": "disruption", "action": "RestartJobSetAndIgnoreMaxRestarts",
+    {"name": "Disruption", "action": "RestartJobSetAndIgnoreMaxRestarts",
      "onJobFailureReasons": ["PodFailurePolicy"],
      "onJobFailureMessagePatterns": [".*DisruptionTarget.*"]},
-    {"name": "fatal-exit", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]},
+    {"name": "FatalExit", "action": "FailJobSet", "onJobFailureReasons": ["PodFailurePolicy"]},
 ]
 DISRUPTED = "Pod ns/p has condition DisruptionTarget matching FailJob rule at index 0"
 FATAL = "Container trainer for pod ns/p failed with exit code 4 matching FailJob rule at index 1"

@@ -97,7 +97,7 @@ def test_concurrent_ensures_create_once(compute, shared_client):
     for t in threads:
         t.start()
     for t in threads:
-        t.join(10)
+        t.join()   # each ends: the barrier lets both GETs through once both have arrived
     assert errors == []
     assert sorted(r.outcome for r in results) == sorted([EnsureOutcome.CREATED,
                                                           EnsureOutcome.ADOPTED])

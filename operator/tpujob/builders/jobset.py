@@ -14,9 +14,11 @@ from tpujob.builders.wiring import build_process_env, merge_env
 from tpujob_plan.slice_plan import TPU_RESOURCE, SlicePlan
 
 SIGNAL_EXIT_CODES = range(129, 256)  # 128 + signal number: SIGTERM on preemption is 143
-DISRUPTION_RULE = "disruption"
-FATAL_RULE = "fatal-exit"
-RETRY_RULE = "retry-slice"
+# JobSet's webhook takes rule names of letters, digits and '_,:' only, starting with a letter
+# (`^[A-Za-z]([A-Za-z0-9_,:]*[A-Za-z0-9_])?$`, pkg/webhooks/jobset_webhook.go, v0.12.0).
+DISRUPTION_RULE = "Disruption"
+FATAL_RULE = "FatalExit"
+RETRY_RULE = "RetrySlice"
 SHM_VOLUME = "dshm"
 CONFIG_VOLUME = "config"
 LOCAL_CHECKPOINT_VOLUME = "local-checkpoints"

@@ -59,6 +59,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _add_common(up)
     up.set_defaults(func=run_up)
 
+    build = local.add_parser(
+        "build-control-plane",
+        help="build the real control plane's programs (once; cached), print where they are",
+        description="Build kube-apiserver, kube-controller-manager, kube-scheduler, etcd, the "
+                    "JobSet controller, Kueue and helm from their Go modules with the Go on "
+                    "PATH, into tpujob's cache (~/.cache/tpujob or $TPUJOB_CACHE_DIR). Nothing "
+                    "to do when they are built.")
+    build.add_argument("--info", action="store_true", help="print the build's record (JSON)")
+    build.set_defaults(func=run_build)
+
 
 def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--workdir", type=Path, default=None, metavar="DIR",
@@ -69,6 +79,12 @@ def _add_common(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cpu-devices", type=int, default=1, metavar="N",
                         help="JAX CPU devices per trainer process (default: 1); a v6e-8 runs "
                              "as its 2 host processes with N devices each")
+    parser.add_argument("--control-plane", choices=("embedded", "real"), default="embedded",
+                        help="embedded (default): the API server written for local mode, "
+                             "starts in a second; real: etcd, kube-apiserver, "
+                             "kube-controller-manager, kube-scheduler, the JobSet controller "
+                             "and the operator installed by helm, built from their Go modules "
+                             "the first time (docs/local-control-plane.md)")
 
 
 def run_api(args: argparse.Namespace) -> int:
@@ -111,7 +127,14 @@ def _options(args: argparse.Namespace, timeout: float | None = None):
     if args.cpu_devices < 1:
         raise SystemExit("tpujob local: --cpu-devices must be at least 1")
     return RunOptions(timeout_s=timeout, workdir=args.workdir, keep=args.keep,
-                      cpu_devices_per_process=args.cpu_devices)
+                      cpu_devices_per_process=args.cpu_devices,
+                      control_plane=args.control_plane)
+
+
+def run_build(args: argparse.Namespace) -> int:
+    from tpujob.local.controlplane import build
+
+    return build.main(["--info"] if args.info else [])
 
 
 def run_run(args: argparse.Namespace) -> int:

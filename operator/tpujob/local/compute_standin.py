@@ -228,9 +228,11 @@ class ComputeStandIn:
         with self._lock:
             self._faults.token = token
 
-    def hold_gets(self, n: int, *, timeout_s: float = 5.0) -> None:
+    def hold_gets(self, n: int, *, timeout_s: float = 120.0) -> None:
         """Hold the next `n` policy GETs until all `n` have arrived, so that `n` concurrent
-        callers all see the policy missing before any of them creates it."""
+        callers all see the policy missing before any of them creates it. `timeout_s` only
+        keeps a broken test from hanging: the callers' arrival is the signal, and a busy machine
+        can take seconds to start a thread (5 s was once too short at load 7 on 2 cores)."""
         with self._lock:
             self._faults.gets_to_hold = n
             self._faults.get_barrier = threading.Barrier(n, timeout=timeout_s)

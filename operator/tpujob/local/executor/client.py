@@ -106,8 +106,11 @@ class KubeApi:
         if body is not None:
             headers["Content-Type"] = content_type
             data = json.dumps(body)
+        # verify named on each request: requests lets $REQUESTS_CA_BUNDLE override a session's
+        # own CA otherwise (psf/requests#3829), and the local control plane has its own CA.
         response = self.session.request(method, self.base_url + path, data=data,
                                         headers=headers, timeout=self.timeout,
+                                        verify=self.session.verify,
                                         params={k: v for k, v in params.items() if v is not None})
         if response.status_code >= 400:
             try:
@@ -144,7 +147,8 @@ class KubeApi:
     def replace(self, resource: Resource, obj: dict[str, Any],
                 subresource: str | None = None) -> dict[str, Any]:
         meta = obj["metadata"]
-        return self.request("PUT", resource.path(meta["namespace"], meta["name"], subresource),
+        return self.request("PUT", resource.path(meta.get("namespace"), meta["name"],
+                                                 subresource),
                             obj)
 
     def patch(self, resource: Resource, namespace: str, name: str, body: dict[str, Any],
@@ -153,11 +157,14 @@ class KubeApi:
                             content_type=MERGE_PATCH)
 
     def delete(self, resource: Resource, namespace: str, name: str,
-               propagation: str | None = None, uid: str | None = None) -> bool:
+               propagation: str | None = None, uid: str | None = None,
+               grace_period_s: int | None = None) -> bool:
         """Delete; False when it was already gone."""
         body: dict[str, Any] = {"apiVersion": "v1", "kind": "DeleteOptions"}
         if propagation:
             body["propagationPolicy"] = propagation
+        if grace_period_s is not None:
+            body["gracePeriodSeconds"] = grace_period_s
         if uid:
             body["preconditions"] = {"uid": uid}
         try:
@@ -177,7 +184,8 @@ class KubeApi:
                   "labelSelector": label_selector}
         with self.session.get(self.base_url + resource.path(namespace),
                               params={k: v for k, v in params.items() if v is not None},
-                              stream=True, timeout=(self.timeout, timeout_s + 10)) as response:
+                              stream=True, timeout=(self.timeout, timeout_s + 10),
+                              verify=self.session.verify) as response:
             if response.status_code >= 400:
                 raise ApiError(response.status_code, response.reason or "", response.text[:500])
             self._watch_response = response

@@ -37,6 +37,7 @@ from .jobset_controller import (
 )
 from .kubelet import Kubelet, PodRun
 from .network import LocalNetwork
+from .nodes import NodePools
 from .objects import (
     Event,
     build_event,
@@ -55,6 +56,7 @@ from .settings import ExecutorSettings
 log = logging.getLogger(__name__)
 
 _WATCHED = ((JOBSETS, None), (JOBS, keys.JOBSET_NAME), (PODS, keys.CONTROLLER_UID_LABEL))
+_WATCHED_AS_KUBELET = ((JOBSETS, None), (PODS, None))
 
 
 class Executor:
@@ -84,6 +86,10 @@ class Executor:
         self._services: set[tuple[str, str, str]] = set()
         self._excused: set[str] = set()  # pods stopped by a suspension (job controller memory)
         self.last_error: str | None = None
+        self.pools: NodePools | None = None
+        if not self.settings.controllers:
+            self.pools = NodePools(self.api, "127.0.0.1",
+                                   self.settings.kubelet_port)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -94,7 +100,10 @@ class Executor:
             raise RuntimeError("executor already started")
         self.api.list(JOBSETS, self.namespace)  # fail fast on a wrong address or missing CRD
         self._stopping.clear()
-        for resource, selector in _WATCHED:
+        if self.pools is not None:
+            self.pools.start()
+        for resource, selector in (_WATCHED if self.settings.controllers
+                                   else _WATCHED_AS_KUBELET):
             thread = threading.Thread(target=self._watch, args=(resource, selector),
                                       name=f"executor-watch-{resource.plural}", daemon=True)
             thread.start()
@@ -112,6 +121,8 @@ class Executor:
             self._thread.join(timeout=60)
             self._thread = None
         self.kubelet.stop_all(self.settings.stop_grace_s)
+        if self.pools is not None:
+            self.pools.stop()
         self._watchers.clear()
         self.api.close()
 
@@ -218,6 +229,8 @@ class Executor:
 
     def sync_once(self) -> float:
         """One pass over everything; returns how soon the next pass is due."""
+        if not self.settings.controllers:
+            return self._sync_nodes(time.time())
         now = time.time()
         jobsets, _ = self.api.list(JOBSETS, self.namespace)
         jobs, _ = self.api.list(JOBS, self.namespace, keys.JOBSET_NAME)
@@ -235,21 +248,7 @@ class Executor:
                      or uid(p) in self.kubelet.runs
                      or (is_deleting(p) and has_finalizer(p, keys.JOB_TRACKING_FINALIZER))]
         by_uid = {uid(p): p for p in pods}
-        next_due = self.settings.resync_s
-        for pod, status in self.kubelet.sync(node_pods, now):
-            # Conditional on the version read: others add conditions too (DisruptionTarget).
-            body = {"metadata": {"resourceVersion": meta(pod).get("resourceVersion")},
-                    "status": status}
-            try:
-                by_uid[uid(pod)] = self.api.patch(PODS, namespace(pod), name(pod), body,
-                                                  "status")
-            except ApiError as err:
-                if err.status == 409:
-                    next_due = 0.05
-                elif err.status != 404:
-                    raise
-                else:
-                    by_uid.pop(uid(pod), None)
+        next_due = self._run_pods(node_pods, by_uid, now)
         pods = list(by_uid.values())
 
         # Job controller: each managed Job, then pods whose Job is gone.
@@ -271,6 +270,54 @@ class Executor:
             plan = plan_jobset(js, controlled_jobs(js, jobs), now)
             if not self._apply_jobset_plan(js, plan):
                 next_due = 0.05
+        return next_due
+
+    def _run_pods(self, node_pods: list[dict[str, Any]], by_uid: dict[str, dict[str, Any]],
+                  now: float) -> float:
+        """The kubelet's part: reap, stop and start processes, then write each pod's status
+        (`by_uid` gets what the server stored); returns how soon the next pass is due."""
+        next_due = self.settings.resync_s
+        for pod, status in self.kubelet.sync(node_pods, now):
+            # Conditional on the version read: others add conditions too (DisruptionTarget).
+            body = {"metadata": {"resourceVersion": meta(pod).get("resourceVersion")},
+                    "status": status}
+            try:
+                by_uid[uid(pod)] = self.api.patch(PODS, namespace(pod), name(pod), body,
+                                                  "status")
+            except ApiError as err:
+                if err.status == 409:
+                    next_due = 0.05
+                elif err.status != 404:
+                    raise
+                else:
+                    by_uid.pop(uid(pod), None)
+        return next_due
+
+    def _sync_nodes(self, now: float) -> float:
+        """One pass as the kubelets of the TPU node pools (the real control plane runs the
+        controllers): make the pools pending pods need, run the pods bound to them, and end
+        the graceful deletion of pods whose processes have stopped."""
+        assert self.pools is not None
+        for js in self.api.list(JOBSETS, self.namespace)[0]:
+            if is_dns_enabled(default_jobset(js)):
+                self.network.add_domain(namespace(js), subdomain(default_jobset(js)))
+        pods, _ = self.api.list(PODS, self.namespace)
+        self.pools.sync(pods)
+        mine = self.pools.names()
+        node_pods = [p for p in pods if (p.get("spec") or {}).get("nodeName") in mine
+                     or uid(p) in self.kubelet.runs]
+        by_uid = {uid(p): p for p in node_pods}
+        next_due = self._run_pods(node_pods, by_uid, now)
+        for pod in by_uid.values():
+            # A real kubelet deletes a pod for good (grace 0) once its containers stopped
+            # and its last status is written; the server waits for that.
+            if is_deleting(pod) and uid(pod) not in self.kubelet.runs and \
+                    meta(pod).get("deletionGracePeriodSeconds") != 0:
+                try:
+                    self.api.delete(PODS, namespace(pod), name(pod), uid=uid(pod),
+                                    grace_period_s=0)
+                except ApiError as err:
+                    log.debug("pod %s not deleted: %s", name(pod), err)
         return next_due
 
     # -- applying plans ----------------------------------------------------------------------

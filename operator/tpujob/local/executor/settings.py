@@ -43,6 +43,13 @@ class ExecutorSettings:
     pod_hosts: bool = True
     ip_block: tuple[int, int] | None = None  # 127.A.B.0/24 for pod addresses; None: random
 
+    # Which parts it plays. True: the JobSet and Job controllers and the kubelets of
+    # unscheduled pods (the embedded API server). False: only the kubelets of TPU node pools
+    # it registers for the real scheduler to bind pods to (the real control plane runs the
+    # JobSet and Job controllers, the scheduler and the garbage collector).
+    controllers: bool = True
+    kubelet_port: int = 0   # the nodes' kubelet endpoint (pod logs), with controllers=False
+
     def grace_seconds(self, spec_seconds: float | None, default: float = 30) -> float:
         seconds = default if spec_seconds is None else float(spec_seconds)
         return max(0.0, min(seconds * self.grace_scale, self.max_grace_s))

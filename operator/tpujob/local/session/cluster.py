@@ -46,6 +46,11 @@ class LocalSettings:
     gcs: bool = True                       # run the GCS emulator for gs:// outputs
     operator: OperatorSettings = LOCAL_OPERATOR
     executor: dict[str, Any] = field(default_factory=dict)   # ExecutorSettings overrides
+    # "embedded": the API server written for local mode, with the executor as JobSet and Job
+    # controllers. "real": etcd, kube-apiserver, kube-controller-manager, kube-scheduler, the
+    # JobSet controller and the chart installed by helm (tpujob.local.controlplane), with the
+    # executor as the kubelets of TPU node pools.
+    control_plane: str = "embedded"
 
 
 class LocalCluster:
@@ -57,6 +62,7 @@ class LocalCluster:
         self.settings = dataclasses.replace(settings or LocalSettings(), **overrides)
         self.workdir = Path(workdir).resolve()
         self.server: ApiServer | None = None
+        self.control_plane: Any = None   # RealControlPlane
         self.gcs: GcsEmulator | None = None
         self.operator: Any = None     # OperatorThread
         self.executor: Any = None     # Executor
@@ -73,14 +79,21 @@ class LocalCluster:
         from tpujob.controller.runner import OperatorThread, load_api_config
         from tpujob.local.executor import Executor
 
+        if self.settings.control_plane not in ("embedded", "real"):
+            raise ValueError(f"control_plane must be 'embedded' or 'real', not "
+                             f"{self.settings.control_plane!r}")
         self.workdir.mkdir(parents=True, exist_ok=True)
         try:
-            # The server, with both CRDs served from the start (no apply, no wait).
-            crds = load_crds(bundled_crd_paths()) + [build_crd()]
-            self.server = ApiServer(port=self.settings.port, crds=crds)
-            self.server.start()
-            self.server.write_kubeconfig(self.kubeconfig)
-            self.api = KubeApi(self.server.url)
+            if self.settings.control_plane == "real":
+                operator_config, executor_server = self._start_real_control_plane()
+            else:
+                # The server, with both CRDs served from the start (no apply, no wait).
+                crds = load_crds(bundled_crd_paths()) + [build_crd()]
+                self.server = ApiServer(port=self.settings.port, crds=crds)
+                self.server.start()
+                self.server.write_kubeconfig(self.kubeconfig)
+                self.api = KubeApi(self.server.url)
+                operator_config, executor_server = self.kubeconfig, self.server.url
             # The emulator before the executor: every trainer process gets its address.
             extra_env = dict(self.settings.executor.get("extra_env", {}))
             if self.settings.gcs:
@@ -88,15 +101,18 @@ class LocalCluster:
                 self.gcs.start()
                 extra_env.update(self.gcs.env)
             # The operator, exactly as `tpujob operator` runs it, in a thread.
-            operator = Operator(self.settings.operator, load_api_config(self.kubeconfig))
+            operator = Operator(self.settings.operator, load_api_config(operator_config))
             self.operator = OperatorThread(operator).start()
             # The executor: JobSet/Job controllers and kubelets, pods as local processes.
             overrides = {**self.settings.executor, "extra_env": extra_env}
             if self.settings.cpu_devices_per_process is not None:
                 overrides["cpu_devices_per_process"] = self.settings.cpu_devices_per_process
-            self.executor = Executor(self.server.url, self.workdir, **overrides)
+            if self.server is None:
+                overrides["controllers"] = False
+            self.executor = Executor(executor_server, self.workdir, **overrides)
             self.executor.start()
-            self.server.set_pod_logs(self.executor.kubelet)   # kubectl logs
+            if self.server is not None:
+                self.server.set_pod_logs(self.executor.kubelet)   # kubectl logs
             # Jobs created by others (kubectl) get their output bucket too.
             if self.gcs is not None:
                 self._buckets = threading.Thread(target=self._provide_buckets,
@@ -107,6 +123,17 @@ class LocalCluster:
             raise
         return self
 
+    def _start_real_control_plane(self) -> tuple[Path, Path]:
+        """Start the real control plane; the user's kubeconfig is its admin's. Returns the
+        operator's kubeconfig (the chart's ServiceAccount) and the kubelets'."""
+        from tpujob.local.controlplane.cluster import RealControlPlane
+
+        self.control_plane = RealControlPlane(self.workdir).start()
+        self.kubeconfig.write_bytes(self.control_plane.admin_kubeconfig.read_bytes())
+        self.kubeconfig.chmod(0o600)
+        self.api = KubeApi(self.control_plane.admin_kubeconfig)
+        return self.control_plane.operator_kubeconfig, self.control_plane.kubelet_kubeconfig
+
     def stop(self) -> None:
         """Stop the executor (and every process it started), the operator, the emulator and the
         server; each is stopped even when an earlier one fails to."""
@@ -114,8 +141,9 @@ class LocalCluster:
         if self.server is not None:
             self.server.set_pod_logs(None)
         steps = [("executor", self.executor), ("operator", self.operator),
-                 ("GCS emulator", self.gcs), ("API server", self.server)]
-        self.executor = self.operator = self.gcs = None
+                 ("GCS emulator", self.gcs), ("API server", self.server),
+                 ("control plane", self.control_plane)]
+        self.executor = self.operator = self.gcs = self.control_plane = None
         for what, piece in steps:
             if piece is None:
                 continue
@@ -172,6 +200,8 @@ class LocalCluster:
 
     @property
     def url(self) -> str:
+        if self.control_plane is not None:
+            return self.control_plane.url
         assert self.server is not None, "not started"
         return self.server.url
 

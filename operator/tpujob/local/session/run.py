@@ -46,6 +46,7 @@ class RunOptions:
     keep: bool = False
     cpu_devices_per_process: int | None = 1
     poll_s: float = 0.5
+    control_plane: str = "embedded"    # or "real" (LocalSettings.control_plane)
 
 
 class Interrupt:
@@ -147,7 +148,8 @@ def run_file(path: str | Path, options: RunOptions = RunOptions(), *,
         display.message(f"Starting local mode in {workdir}: Kubernetes API server, operator, "
                         "executor, GCS emulator")
         cluster = LocalCluster(workdir, LocalSettings(
-            cpu_devices_per_process=options.cpu_devices_per_process))
+            cpu_devices_per_process=options.cpu_devices_per_process,
+            control_plane=options.control_plane))
         try:
             try:
                 cluster.start()
@@ -295,7 +297,8 @@ def serve(kubeconfig: Path, options: RunOptions, port: int = 0, *, out: TextIO |
     with _workdir(options, out) as workdir, \
             _log_to_file(workdir / "operator.log" if log_file else None):
         cluster = LocalCluster(workdir, LocalSettings(
-            port=port, cpu_devices_per_process=options.cpu_devices_per_process))
+            port=port, cpu_devices_per_process=options.cpu_devices_per_process,
+            control_plane=options.control_plane))
         try:
             try:
                 cluster.start()

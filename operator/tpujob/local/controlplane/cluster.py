@@ -1,0 +1,221 @@
+"""The real Kubernetes control plane on this machine: etcd, kube-apiserver (TLS, RBAC,
+service-account tokens), kube-controller-manager (Job controller, garbage collector, namespace
+controller, ...), kube-scheduler, the JobSet controller with its admission webhooks, and the
+operator installed with the real `helm install` of `charts/tpujob`, whose ServiceAccount's
+token is what the operator then calls the API with.
+
+    with RealControlPlane(workdir) as cp:
+        cp.admin_kubeconfig        # system:masters, for kubectl and the local kubelets
+        cp.operator_kubeconfig     # the chart's ServiceAccount: RBAC decides what it may do
+
+The operator itself and the nodes' kubelets are started by `LocalCluster`, which uses this in
+place of the embedded API server when asked to (`tpujob local up --control-plane real`).
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import requests
+import yaml
+
+from tpujob.local.apiserver.embedded import bundled_crd_paths
+from tpujob.local.apiserver.kubeconfig import write_kubeconfig
+from tpujob.local.executor.client import ApiError, KubeApi, Resource
+
+from . import build, components
+from .pki import Pki, build_pki
+from .processes import Component, ComponentError, free_port, is_tls_listening
+
+log = logging.getLogger(__name__)
+
+CRDS = Resource("apiextensions.k8s.io", "v1", "customresourcedefinitions")
+SERVICE_ACCOUNTS = Resource("", "v1", "serviceaccounts")
+DEPLOYMENTS = Resource("apps", "v1", "deployments")
+WEBHOOKS = {"Mutating": Resource("admissionregistration.k8s.io", "v1",
+                                 "mutatingwebhookconfigurations"),
+            "Validating": Resource("admissionregistration.k8s.io", "v1",
+                                   "validatingwebhookconfigurations")}
+RELEASE, RELEASE_NAMESPACE = "tpujob", "tpujob-system"
+CHART = Path(__file__).resolve().parents[4] / "charts" / "tpujob"
+START_TIMEOUT_S = 120.0
+
+
+class RealControlPlane:
+    """The programs of a real control plane over `workdir/control-plane`; `start()` returns
+    once each answers and the operator's identity exists; `stop()` stops them all."""
+
+    def __init__(self, workdir: Path, chart: Path = CHART) -> None:
+        self.root = Path(workdir).resolve() / "control-plane"
+        self.chart = chart
+        self.components: list[Component] = []
+        self.pki: Pki | None = None
+        self.ports: components.Ports | None = None
+        self.admin_kubeconfig = self.root / "admin.kubeconfig"
+        self.operator_kubeconfig = self.root / "operator.kubeconfig"
+        self.timings: dict[str, float] = {}
+        self._api: KubeApi | None = None
+
+    @property
+    def url(self) -> str:
+        assert self.ports is not None, "not started"
+        return f"https://127.0.0.1:{self.ports.apiserver}"
+
+    @property
+    def api(self) -> KubeApi:
+        assert self._api is not None, "not started"
+        return self._api
+
+    def start(self) -> RealControlPlane:
+        try:
+            self._start()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def _start(self) -> None:
+        t0 = time.monotonic()
+        programs = build.ensure_built()
+        if not self.chart.joinpath("Chart.yaml").exists():
+            raise ComponentError(f"the operator is installed from its Helm chart, and "
+                                 f"{self.chart} has none: use a checkout of tpujob")
+        self.root.mkdir(parents=True, exist_ok=True)
+        logs = self.root / "logs"
+        self.pki = pki = build_pki(self.root / "pki")
+        self.ports = ports = components.Ports(*(free_port() for _ in range(5)))
+        self._mark("build and certificates", t0)
+
+        etcd = self._run("etcd", [str(programs["etcd"]), *components.build_etcd_args(
+            self.root / "etcd", ports)], logs)
+        etcd.wait_ready(lambda: requests.get(f"http://127.0.0.1:{ports.etcd}/health",
+                                             timeout=1).json().get("health") == "true",
+                        START_TIMEOUT_S)
+        self._mark("etcd", t0)
+
+        apiserver = self._run("kube-apiserver", [str(programs["kube-apiserver"]),
+                                                 *components.build_apiserver_args(pki, ports)],
+                              logs)
+        cert, key = pki.client("admin")
+        write_kubeconfig(self.admin_kubeconfig, self.url, user={
+            "client-certificate": str(cert), "client-key": str(key)}, ca_file=pki.ca)
+        self._api = KubeApi(self.admin_kubeconfig)
+        session = self.api.session
+        apiserver.wait_ready(lambda: session.get(self.url + "/readyz", timeout=2,
+                                                 verify=session.verify).status_code == 200,
+                             START_TIMEOUT_S)
+        self._mark("kube-apiserver", t0)
+
+        kubeconfigs = {}
+        for name in ("controller-manager", "scheduler", "jobset", "kubelet"):
+            cert, key = pki.client(name)
+            kubeconfigs[name] = write_kubeconfig(
+                self.root / f"{name}.kubeconfig", self.url,
+                user={"client-certificate": str(cert), "client-key": str(key)}, ca_file=pki.ca)
+        self.kubelet_kubeconfig = kubeconfigs["kubelet"]
+        kcm = self._run("kube-controller-manager", [
+            str(programs["kube-controller-manager"]),
+            *components.build_controller_manager_args(pki, kubeconfigs["controller-manager"])],
+            logs)
+        self._run("kube-scheduler", [str(programs["kube-scheduler"]),
+                                     *components.build_scheduler_args(kubeconfigs["scheduler"])],
+                  logs)
+        # JobSet: its CRD (the release it is built from), its webhooks, the controller.
+        for path in bundled_crd_paths():
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc and doc.get("kind") == "CustomResourceDefinition":
+                    self._create(CRDS, None, doc)
+        cert_dir = pki.folder / "jobset-webhook"
+        cert_dir.mkdir(exist_ok=True)
+        serving_cert, serving_key = pki.serving("webhooks")
+        shutil.copy(serving_cert, cert_dir / "tls.crt")
+        shutil.copy(serving_key, cert_dir / "tls.key")
+        config = self.root / "jobset-config.yaml"
+        config.write_text(components.build_jobset_config(pki, ports))
+        jobset = self._run("jobset-controller", [
+            str(programs["jobset"]), *components.build_jobset_args(config, kubeconfigs["jobset"])],
+            logs)
+        ca_bundle = base64.b64encode(pki.ca.read_bytes()).decode()
+        for doc in components.build_webhook_configurations(
+                "jobset", components.JOBSET_WEBHOOKS, ports.jobset_webhook, ca_bundle):
+            self._create(WEBHOOKS[doc["kind"].removesuffix("WebhookConfiguration")], None, doc)
+        jobset.wait_ready(lambda: is_tls_listening(ports.jobset_webhook), START_TIMEOUT_S)
+        self._mark("jobset controller", t0)
+        # The controller manager is ready when its service-account controller made `default`.
+        kcm.wait_ready(lambda: self.api.get(SERVICE_ACCOUNTS, "default", "default") is not None,
+                       START_TIMEOUT_S)
+        self._mark("kube-controller-manager", t0)
+
+        self._install_operator(programs["helm"])
+        self._mark("helm install", t0)
+
+    def _install_operator(self, helm: Path) -> None:
+        """`helm install` of the chart, as a user installs it; the Deployment's pod cannot run
+        here (no container runtime), so it is scaled to 0 and the operator runs in this
+        process with a token of the chart's ServiceAccount, the identity that pod would have."""
+        proc = subprocess.run(
+            [str(helm), "install", RELEASE, str(self.chart), "--namespace", RELEASE_NAMESPACE,
+             "--create-namespace", "--kubeconfig", str(self.admin_kubeconfig),
+             "--set", "logFormat=text"],
+            capture_output=True, text=True, env=_helm_env(self.root))
+        (self.root / "logs" / "helm-install.log").write_text(proc.stdout + proc.stderr)
+        if proc.returncode:
+            raise ComponentError(f"helm install of {self.chart} failed "
+                                 f"(exit {proc.returncode}):\n{proc.stderr.strip()[-2000:]}")
+        self.api.patch(DEPLOYMENTS, RELEASE_NAMESPACE, RELEASE, {"spec": {"replicas": 0}})
+        token = self.api.request(
+            "POST", SERVICE_ACCOUNTS.path(RELEASE_NAMESPACE, RELEASE, "token"),
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+             "spec": {"expirationSeconds": 7 * 24 * 3600}})["status"]["token"]
+        assert self.pki is not None
+        write_kubeconfig(self.operator_kubeconfig, self.url, user={"token": token},
+                         ca_file=self.pki.ca)
+
+    def _run(self, name: str, argv: list[str], logs: Path) -> Component:
+        component = Component(name, argv, logs).start()
+        self.components.append(component)
+        return component
+
+    def _create(self, resource: Resource, namespace: str | None, body: dict) -> None:
+        try:
+            self.api.create(resource, namespace, body)
+        except ApiError as err:
+            if err.status != 409:
+                raise
+
+    def _mark(self, what: str, t0: float) -> None:
+        self.timings[what] = round(time.monotonic() - t0, 2)
+        log.info("control plane: %s ready after %.1f s", what, self.timings[what])
+
+    def stop(self) -> None:
+        """Stop every program, the last started first."""
+        for component in reversed(self.components):
+            try:
+                component.stop()
+            except Exception as err:  # keep stopping the others
+                log.warning("stopping %s failed: %s", component.name, err)
+        self.components.clear()
+        if self._api is not None:
+            self._api.close()
+            self._api = None
+
+    def __enter__(self) -> RealControlPlane:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def _helm_env(root: Path) -> dict[str, str]:
+    """Helm's caches and config under the work directory, not the user's home."""
+    import os
+    env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_")}
+    for key, sub in (("HELM_CACHE_HOME", "cache"), ("HELM_CONFIG_HOME", "config"),
+                     ("HELM_DATA_HOME", "data")):
+        env[key] = str(root / "helm" / sub)
+    return env

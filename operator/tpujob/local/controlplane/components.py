@@ -1,0 +1,133 @@
+"""How each program of the real control plane is started here: its command line (pure
+`build_*_args` functions) and the signal that says it is ready.
+
+Everything listens on 127.0.0.1 only. Webhooks are reached by URL (127.0.0.1), never through a
+Service's cluster IP: the service range is a name space here, nothing is sent to it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from .pki import Pki
+
+SERVICE_CIDR = "10.96.0.0/16"
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+@dataclass(frozen=True)
+class Ports:
+    etcd: int
+    etcd_peer: int
+    apiserver: int
+    jobset_webhook: int
+    kueue_webhook: int
+
+
+def build_etcd_args(data_dir: Path, ports: Ports) -> list[str]:
+    client = f"http://127.0.0.1:{ports.etcd}"
+    peer = f"http://127.0.0.1:{ports.etcd_peer}"
+    return [f"--data-dir={data_dir}", "--name=local",
+            f"--listen-client-urls={client}", f"--advertise-client-urls={client}",
+            f"--listen-peer-urls={peer}", f"--initial-advertise-peer-urls={peer}",
+            f"--initial-cluster=local={peer}",
+            # A test cluster on one small disk: no fsync (etcd's own flag for this), and
+            # little history kept.
+            "--unsafe-no-fsync=true", "--quota-backend-bytes=1073741824",
+            "--auto-compaction-retention=5m", "--log-level=warn"]
+
+
+def build_apiserver_args(pki: Pki, ports: Ports) -> list[str]:
+    cert, key = pki.serving("apiserver")
+    kubelet_cert, kubelet_key = pki.client("apiserver-kubelet-client")
+    return [f"--etcd-servers=http://127.0.0.1:{ports.etcd}",
+            "--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+            f"--secure-port={ports.apiserver}",
+            f"--tls-cert-file={cert}", f"--tls-private-key-file={key}",
+            f"--client-ca-file={pki.ca}",
+            "--authorization-mode=Node,RBAC",
+            f"--service-account-issuer={SA_ISSUER}",
+            f"--service-account-key-file={pki.sa_pub}",
+            f"--service-account-signing-key-file={pki.sa_key}",
+            f"--service-cluster-ip-range={SERVICE_CIDR}",
+            f"--kubelet-client-certificate={kubelet_cert}",
+            f"--kubelet-client-key={kubelet_key}",
+            f"--kubelet-certificate-authority={pki.ca}",
+            "--kubelet-preferred-address-types=InternalIP",
+            "--allow-privileged=true", "--profiling=false",
+            "--endpoint-reconciler-type=none", "--v=1"]
+
+
+def build_controller_manager_args(pki: Pki, kubeconfig: Path) -> list[str]:
+    return [f"--kubeconfig={kubeconfig}", "--leader-elect=false",
+            "--use-service-account-credentials=true",
+            f"--service-account-private-key-file={pki.sa_key}",
+            f"--root-ca-file={pki.ca}",
+            # Cloud and network controllers have nothing to do on this machine.
+            "--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle-controller,"
+            "-node-route-controller,-persistentvolume-binder-controller,"
+            "-persistentvolume-expander-controller,-persistentvolume-attach-detach-controller",
+            "--secure-port=0", "--profiling=false", "--v=1"]
+
+
+def build_scheduler_args(kubeconfig: Path) -> list[str]:
+    return [f"--kubeconfig={kubeconfig}", "--leader-elect=false", "--secure-port=0",
+            "--profiling=false", "--v=1"]
+
+
+def build_jobset_config(pki: Pki, ports: Ports) -> str:
+    """JobSet's own Configuration file: no leader election, no cert rotation of its own (the
+    local CA signed its serving certificate), the webhook on 127.0.0.1, no metrics server, and
+    the alpha feature gates the restart strategies RestartJob and InPlaceRestart need (off by
+    default in v0.12.0, pkg/features: a cluster must turn them on for those strategies)."""
+    cert, _ = pki.serving("webhooks")
+    return yaml.safe_dump({
+        "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "webhook": {"port": ports.jobset_webhook, "host": "127.0.0.1",
+                    "certDir": str(cert.parent / "jobset-webhook")},
+        "metrics": {"bindAddress": "0"},
+        "health": {"healthProbeBindAddress": "0"},
+        "featureGates": {"RestartJob": True, "InPlaceRestart": True},
+    })
+
+
+def build_jobset_args(config: Path, kubeconfig: Path) -> list[str]:
+    return [f"--config={config}", f"--kubeconfig={kubeconfig}", "--zap-log-level=info"]
+
+
+# The JobSet controller's admission webhooks (kubernetes-sigs/jobset v0.12.0,
+# config/components/webhook/manifests.yaml): (kind, name, path, group, resources, operations).
+JOBSET_WEBHOOKS = (
+    ("Mutating", "mjobset.kb.io", "/mutate-jobset-x-k8s-io-v1alpha2-jobset",
+     "jobset.x-k8s.io", "v1alpha2", "jobsets", ("CREATE",)),
+    ("Mutating", "mpod.kb.io", "/mutate--v1-pod", "", "v1", "pods", ("CREATE",)),
+    ("Validating", "vjobset.kb.io", "/validate-jobset-x-k8s-io-v1alpha2-jobset",
+     "jobset.x-k8s.io", "v1alpha2", "jobsets", ("CREATE", "UPDATE")),
+    ("Validating", "vpod.kb.io", "/validate--v1-pod", "", "v1", "pods", ("CREATE",)),
+)
+
+
+def build_webhook_configurations(prefix: str, webhooks, port: int, ca_bundle: str
+                                 ) -> list[dict]:
+    """Mutating and Validating webhook configurations that send to https://127.0.0.1:port,
+    trusting the local CA (`ca_bundle`: base64 of its PEM)."""
+    out = []
+    for kind in ("Mutating", "Validating"):
+        hooks = [{
+            "name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "failurePolicy": "Fail", "timeoutSeconds": 10,
+            "clientConfig": {"url": f"https://127.0.0.1:{port}{path}", "caBundle": ca_bundle},
+            "rules": [{"apiGroups": [group], "apiVersions": [version],
+                       "operations": list(operations), "resources": [resource]}],
+        } for k, name, path, group, version, resource, operations in webhooks if k == kind]
+        if hooks:
+            out.append({"apiVersion": "admissionregistration.k8s.io/v1",
+                        "kind": f"{kind}WebhookConfiguration",
+                        "metadata": {"name": f"{prefix}-{kind.lower()}-webhooks"},
+                        "webhooks": hooks})
+    return out

@@ -1,0 +1,132 @@
+"""The TPU node pools the local kubelets register for the real scheduler: which pool a pod
+needs, how many pools a set of pods needs, and the Node and Lease objects."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from tpujob.builders.jobset import build_jobset
+from tpujob.local.executor.nodes import (
+    ACCELERATOR,
+    NODEPOOL,
+    POOL_LABEL,
+    TOPOLOGY,
+    TPU,
+    PoolShape,
+    build_lease,
+    build_node,
+    build_node_status,
+    plan_pools,
+    pool_shape,
+)
+from tpujob.validation import validate_job
+
+pytestmark = pytest.mark.unit
+
+
+def _job(slice_name: str, **spec) -> dict:
+    return {"apiVersion": "tpujob.dev/v1alpha1", "kind": "TpuTrainingJob",
+            "metadata": {"name": "j", "namespace": "default", "uid": "u-1"},
+            "spec": {"slice": slice_name, "image": "img", "output": "gs://bucket/out",
+                     "trainer": {"config": {"train": {"global_batch": 1024}}}, **spec}}
+
+
+def _pod_of(job: dict, job_name: str = "j-slice-0", phase: str = "Pending") -> dict:
+    """A pod as the Job controller makes it from the JobSet tpujob builds for `job`."""
+    verdict = validate_job(job)
+    assert verdict.valid, verdict.message
+    jobset = build_jobset(job, verdict.job.spec, verdict.plan)
+    template = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
+    return {"metadata": {"name": f"{job_name}-0", "labels": {
+                "batch.kubernetes.io/job-name": job_name}},
+            "spec": template["spec"], "status": {"phase": phase}}
+
+
+@pytest.mark.parametrize(("slice_name", "spec", "label", "topology", "per_host", "hosts",
+                          "machine"), [
+    ("v6e-8", {}, "tpu-v6e-slice", "2x4", 4, 2, "ct6e-standard-4t"),
+    ("v6e-16", {}, "tpu-v6e-slice", "4x4", 4, 4, "ct6e-standard-4t"),
+    ("v5p-128", {}, "tpu-v5p-slice", "4x4x4", 4, 16, "ct5p-hightpu-4t"),
+    ("tpu7x-64", {}, "tpu7x", "2x4x4", 4, 8, "tpu7x-standard-4t"),
+    ("tpu7x-64", {"containersPerHost": 2}, "tpu7x", "2x4x4", 4, 8, "tpu7x-standard-4t"),
+    ("v6e-8", {"machineType": "ct6e-standard-8t"}, "tpu-v6e-slice", "2x4", 8, 1,
+     "ct6e-standard-8t"),
+])
+def test_the_pool_a_jobs_pod_needs(slice_name, spec, label, topology, per_host, hosts, machine):
+    shape = pool_shape(_pod_of(_job(slice_name, **spec)))
+    assert shape is not None
+    assert (shape.labels[ACCELERATOR], shape.labels[TOPOLOGY]) == (label, topology)
+    assert (shape.chips_per_host, shape.hosts, shape.machine_type) == (per_host, hosts, machine)
+
+
+def test_a_placement_policy_selector_is_a_label_of_the_pool():
+    pod = _pod_of(_job("tpu7x-64"))
+    policy = "cloud.google.com/placement-policy-name"
+    assert policy in pod["spec"]["nodeSelector"]
+    assert pool_shape(pod).labels[policy] == pod["spec"]["nodeSelector"][policy]
+
+
+@pytest.mark.parametrize("selector", [
+    {}, {ACCELERATOR: "tpu-v6e-slice"}, {ACCELERATOR: "tpu-v99", TOPOLOGY: "2x4"},
+    {ACCELERATOR: "tpu-v6e-slice", TOPOLOGY: "banana"},
+])
+def test_pods_that_ask_for_no_known_slice_get_no_pool(selector):
+    pod = {"spec": {"nodeSelector": selector, "containers": [
+        {"resources": {"limits": {TPU: "4"}}}]}}
+    assert pool_shape(pod) is None
+
+
+def test_a_pod_without_tpu_chips_gets_no_pool():
+    pod = _pod_of(_job("v6e-8"))
+    for c in pod["spec"]["containers"]:
+        c["resources"] = {}
+    assert pool_shape(pod) is None
+
+
+def test_one_pool_per_slice_and_none_twice():
+    a0, a1 = _pod_of(_job("v6e-8"), "j-slice-0"), _pod_of(_job("v6e-8"), "j-slice-0")
+    b0 = _pod_of(_job("v6e-8"), "j-slice-1")
+    plans = plan_pools([a0, a1, b0], [])
+    assert len(plans) == 2 and len({name for name, _ in plans}) == 2
+    nodes = [build_node(name, i, shape, "127.0.0.1", 10250)
+             for name, shape in plans[:1] for i in range(shape.hosts)]
+    again = plan_pools([a0, a1, b0], nodes)
+    assert len(again) == 1 and again[0][0] != plans[0][0]
+    assert plan_pools([a0, b0], nodes + [build_node(again[0][0], 0, again[0][1], "127.0.0.1",
+                                                     10250)]) == []
+
+
+def test_finished_pods_need_no_pool():
+    done = _pod_of(_job("v6e-8"), phase="Succeeded")
+    assert plan_pools([done], []) == []
+
+
+def test_pools_of_other_shapes_do_not_count():
+    v6e = _pod_of(_job("v6e-8"))
+    v5p = _pod_of(_job("v5p-8"))
+    made = plan_pools([v6e], [])
+    nodes = [build_node(made[0][0], 0, made[0][1], "127.0.0.1", 1)]
+    assert [s.labels[ACCELERATOR] for _, s in plan_pools([v6e, v5p], nodes)] == ["tpu-v5p-slice"]
+
+
+def test_a_node_is_shaped_like_gkes():
+    shape = PoolShape(((ACCELERATOR, "tpu-v6e-slice"), (TOPOLOGY, "2x4")), 4, 2,
+                      "ct6e-standard-4t")
+    node = build_node("pool-a", 1, shape, "127.0.0.1", 10250)
+    labels = node["metadata"]["labels"]
+    label_value = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+    assert all(len(v) <= 63 and label_value.match(v) for v in labels.values()), labels
+    assert labels[ACCELERATOR] == "tpu-v6e-slice" and labels[TOPOLOGY] == "2x4"
+    assert labels[NODEPOOL] == labels[POOL_LABEL] == "pool-a"
+    assert labels["node.kubernetes.io/instance-type"] == "ct6e-standard-4t"
+    assert node["spec"]["taints"] == [{"key": TPU, "value": "present", "effect": "NoSchedule"}]
+    status = build_node_status(node, shape, 0.0)
+    assert status["allocatable"][TPU] == "4"
+    assert status["daemonEndpoints"]["kubeletEndpoint"]["Port"] == 10250
+    assert [c["type"] for c in status["conditions"] if c["status"] == "True"] == ["Ready"]
+    lease = build_lease(node["metadata"]["name"], "uid-1", 1.5)
+    assert lease["metadata"]["namespace"] == "kube-node-lease"
+    assert lease["spec"]["renewTime"] == "1970-01-01T00:00:01.500000Z"
+    assert lease["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
