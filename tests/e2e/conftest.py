@@ -161,22 +161,58 @@ def stand_in(code: str, **extra: Any) -> dict[str, Any]:
             "restartPolicy": {"maxRestarts": 0}, **extra}
 
 
+def _start_cluster(workdir: Path, control_plane: str) -> LocalCluster:
+    cluster = LocalCluster(workdir, LocalSettings(
+        cpu_devices_per_process=1, operator=E2E_OPERATOR, executor=E2E_EXECUTOR,
+        control_plane=control_plane))
+    return cluster.start()
+
+
+def _stop_cluster(cluster: LocalCluster) -> None:
+    """Stop it; no process of it may be left."""
+    pids = [p["pid"] for p in cluster.executor.processes()] + [cluster.gcs.proc.pid]
+    if cluster.control_plane is not None:
+        pids += [c.proc.pid for c in cluster.control_plane.components if c.proc]
+    cluster.stop()
+    left = [pid for pid in pids if is_alive(pid)]
+    for pid in left:
+        os.kill(pid, signal.SIGKILL)
+    assert not left, f"processes left behind: {left}"
+
+
 @pytest.fixture(scope="session")
-def local_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    """The whole of local mode, started once; stopped at the end with no process left."""
-    cluster = LocalCluster(tmp_path_factory.mktemp("local"), LocalSettings(
-        cpu_devices_per_process=1, operator=E2E_OPERATOR, executor=E2E_EXECUTOR))
-    cluster.start()
-    emulator = cluster.gcs.proc.pid
+def embedded_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Local mode on the embedded API server, started once."""
+    cluster = _start_cluster(tmp_path_factory.mktemp("local"), "embedded")
     try:
         yield cluster
     finally:
-        pids = [p["pid"] for p in cluster.executor.processes()]
-        cluster.stop()
-        left = [pid for pid in [*pids, emulator] if is_alive(pid)]
-        for pid in left:
-            os.kill(pid, signal.SIGKILL)
-        assert not left, f"processes left behind: {left}"
+        _stop_cluster(cluster)
+
+
+@pytest.fixture(scope="session")
+def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    """Local mode on the real control plane (etcd, kube-apiserver, controller manager,
+    scheduler, JobSet controller, the operator installed by helm), started once."""
+    cluster = _start_cluster(tmp_path_factory.mktemp("real"), "real")
+    try:
+        yield cluster
+    finally:
+        _stop_cluster(cluster)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """A module that sets `CONTROL_PLANES = ("embedded", "real")` runs on both; any other on
+    the embedded one."""
+    if "control_plane" in metafunc.fixturenames:
+        planes = getattr(metafunc.module, "CONTROL_PLANES", ("embedded",))
+        metafunc.parametrize("control_plane", planes, scope="module")
+
+
+@pytest.fixture(scope="module")
+def local_cluster(control_plane: str, request: pytest.FixtureRequest) -> LocalCluster:
+    """The whole of local mode on the module's control plane."""
+    return request.getfixturevalue(f"{control_plane}_cluster")
 
 
 @pytest.fixture(scope="module")

@@ -12,6 +12,7 @@ from tpujob.local.executor.client import Resource
 from tpujob.local.session.cluster import TPUJOBS
 
 pytestmark = pytest.mark.e2e
+CONTROL_PLANES = ("embedded", "real")
 
 # What the trainer does when XLA cannot allocate: the contract's one-line JSON reason in the
 # termination-message file, exit code 4.

@@ -17,6 +17,7 @@ from tests.support.apiserver import wait_for
 from tpujob_trainer.checkpoint import StepDirs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+CONTROL_PLANES = ("embedded", "real")
 
 TOTAL = TINY["train"]["steps"]
 

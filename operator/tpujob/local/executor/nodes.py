@@ -228,8 +228,11 @@ class NodePools:
             if node is None:
                 return
         try:
-            node["status"] = build_node_status(node, shape, time.time())
-            node = self.api.replace(NODES, node, "status")
+            # A patch, not a replace: the node controller taints a node the moment it
+            # appears (not-ready), so the version just created is already stale.
+            node = self.api.patch(NODES, None, node["metadata"]["name"],
+                                  {"status": build_node_status(node, shape, time.time())},
+                                  "status")
             self._renew(node["metadata"]["name"], node["metadata"]["uid"])
         except BaseException:
             # No node without its status: the next pass makes the pool again.
