@@ -26,7 +26,7 @@ from tests.operator.conftest import JOBS, JOBSETS, TINY, Cluster
 from tpujob.api.status import FailureReason, Phase, TpuTrainingJobStatus, find_condition
 from tpujob.builders.jobset import build_children
 from tpujob.controller.decide import Action, Decision, Observation
-from tpujob.controller.kube import ApiUnavailable, KubeApi
+from tpujob.controller.kube import ApiRefused, ApiUnavailable, KubeApi
 from tpujob.controller.metrics import OperatorMetrics
 from tpujob.controller.observe import JobSetState, ProgressReading
 from tpujob.controller.reconcile import Outcome, Reconciler, _status_patch
@@ -671,3 +671,26 @@ def test_an_outcome_cannot_be_changed():
     assert out.gone is False
     with pytest.raises(dataclasses.FrozenInstanceError):
         out.gone = True
+
+
+@pytest.mark.parametrize("status, reason, hint", [
+    (403, "Forbidden", "lacks this permission"),
+    (422, "Refused", None),
+])
+def test_a_refused_call_is_reported_on_the_job_once(status, reason, hint):
+    posted = []
+    r = Reconciler(None, SETTINGS, record_event=lambda *args: posted.append(args))
+    job = {"metadata": {"name": "j", "namespace": "ns", "uid": "u-1"}}
+    err = ApiRefused(status, "create JobSet ns/j: denied")
+    r.report_refused(job, err)
+    r.report_refused(job, err)
+    assert len(posted) == 1
+    _, type_, got_reason, message = posted[0]
+    assert (type_, got_reason) == ("Warning", reason)
+    assert f"({status})" in message and "create JobSet ns/j: denied" in message
+    assert (hint in message) if hint else ("permission" not in message)
+    r.report_refused(job, ApiRefused(status, "create JobSet ns/j: denied again"))
+    assert len(posted) == 2, "another refusal is another event"
+    r.forget("u-1")
+    r.report_refused(job, err)
+    assert len(posted) == 3, "forgotten with the deleted job"

@@ -189,6 +189,7 @@ class Operator:
         except ApiUnavailable as err:
             return self._retry(key, "unavailable", err, err.retry_after)
         except ApiRefused as err:
+            await asyncio.to_thread(self.reconciler.report_refused, job, err)
             return self._retry(key, "refused", err, None)
         finally:
             self.metrics.reconcile_seconds.observe(time.perf_counter() - started)

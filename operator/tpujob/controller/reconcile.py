@@ -90,6 +90,7 @@ class Reconciler:
         self._ensured_policies: set[str] = set()
         # uid -> (generation, verdict): a spec is validated once, not on every progress look.
         self._verdicts: dict[str, tuple[int, Verdict]] = {}
+        self._refusals: set[tuple[str, int, str]] = set()   # (job uid, status, message)
         # (namespace, JobSet uid, JobSet restarts) -> process 0's (IP, port)
         # (namespace, JobSet uid, restarts) -> (IP, port) or (pod, container) of process 0
         self._process_zero: dict[tuple[str, str, int], tuple] = {}
@@ -162,6 +163,26 @@ class Reconciler:
     def forget(self, uid: str | None) -> None:
         """Drop what is kept about a deleted job."""
         self._verdicts.pop(uid or "", None)
+        self._refusals = {k for k in self._refusals if k[0] != (uid or "")}
+
+    def report_refused(self, job: dict[str, Any], err: ApiRefused) -> None:
+        """A call the API server refused for good (403 by RBAC, 422 by validation or an
+        admission webhook) stops the reconcile where it was, and the operator tries again
+        later. Say so on the job, once per distinct refusal, as a Warning Event: without it a
+        person sees a job with no status and the reason only in the operator's log."""
+        key = (job["metadata"].get("uid") or "", err.status, str(err))
+        if key in self._refusals:
+            return
+        self._refusals.add(key)
+        hint = (" (the operator's ServiceAccount lacks this permission: the ClusterRole of "
+                "the tpujob chart grants it; was the chart's RBAC changed?)"
+                if err.status == 403 else "")
+        reason = "Forbidden" if err.status == 403 else "Refused"
+        message = f"the API server refused a call ({err.status}): {err}{hint}; retrying"
+        try:
+            self.record_event(job, "Warning", reason, message[:1024])
+        except (ApiRefused, ApiUnavailable) as event_err:
+            log.warning("event for a refused call not posted: %s", event_err)
 
     def observe(self, job: dict[str, Any], jobset: dict[str, Any] | None,
                 prev: TpuTrainingJobStatus) -> Observation:

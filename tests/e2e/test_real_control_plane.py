@@ -1,0 +1,97 @@
+"""What only the real control plane shows: the operator runs with the chart's ServiceAccount, so
+the real RBAC authorizer decides each call (a rule taken out of the chart's ClusterRole is a 403
+the job reports, and putting it back lets the job run); the real garbage collector deletes every
+child of a deleted job; the real scheduler places a job's pods on TPU nodes of the slice's shape,
+one pool per slice."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+
+from tests.e2e.conftest import stand_in, unique
+from tests.support.apiserver import wait_for
+from tpujob.local.controlplane.cluster import RELEASE, RELEASE_NAMESPACE
+from tpujob.local.executor.client import CONFIGMAPS, JOBS, JOBSETS, PODS, SERVICES, Resource
+from tpujob.local.executor.nodes import ACCELERATOR, NODEPOOL, NODES, TOPOLOGY
+
+pytestmark = pytest.mark.e2e
+CONTROL_PLANES = ("real",)
+
+CLUSTER_ROLES = Resource("rbac.authorization.k8s.io", "v1", "clusterroles")
+SLEEP = "import time; time.sleep(300)"
+QUICK = "print('done')"
+
+
+def _without_jobset_create(role: dict) -> dict:
+    changed = copy.deepcopy(role)
+    for rule in changed["rules"]:
+        if "jobsets" in rule.get("resources", []):
+            rule["verbs"] = [v for v in rule["verbs"] if v != "create"]
+    return changed
+
+
+def test_a_permission_taken_from_the_chart_is_a_403_the_job_reports(local):
+    api = local.cluster.api
+    role = api.get(CLUSTER_ROLES, None, RELEASE)
+    assert role is not None, "helm install made the operator's ClusterRole"
+    assert any("jobsets" in r.get("resources", []) and "create" in r["verbs"]
+               for r in role["rules"])
+    name = unique("rbac")
+    api.replace(CLUSTER_ROLES, _without_jobset_create(role))
+    try:
+        local.apply(name, stand_in(QUICK))
+        event = wait_for(lambda: next((e for e in local.events(name)
+                                       if e["reason"] == "Forbidden"), None),
+                         timeout=60, message="a Forbidden event on the job")
+        assert event["type"] == "Warning"
+        message = event["message"]
+        assert "403" in message and 'cannot create resource "jobsets"' in message, message
+        assert f"system:serviceaccount:{RELEASE_NAMESPACE}:{RELEASE}" in message, message
+        assert api.get(JOBSETS, local.namespace, name) is None
+    finally:
+        current = api.get(CLUSTER_ROLES, None, RELEASE)
+        api.replace(CLUSTER_ROLES, {**current, "rules": role["rules"]})
+    # The rule back, the operator's next try creates the JobSet and the job runs to the end.
+    job = local.wait_phase(name, "Succeeded", "Failed", timeout=120)
+    assert job["status"]["phase"] == "Succeeded", job["status"]
+
+
+def test_the_garbage_collector_deletes_every_child_of_a_deleted_job(local):
+    name = unique("gc")
+    local.apply(name, stand_in(SLEEP))
+    local.wait_phase(name, "Running", timeout=90)
+    api, ns = local.cluster.api, local.namespace
+    selector = f"jobset.sigs.k8s.io/jobset-name={name}"
+    assert api.get(JOBSETS, ns, name) is not None
+    assert len(api.list(JOBS, ns, selector)[0]) == 1
+    assert len(api.list(PODS, ns, selector)[0]) == 2
+    assert api.get(SERVICES, ns, name) is not None   # the JobSet's headless Service
+    # A stand-in job has no trainer config; any ConfigMap the job owns goes with it too.
+    configs = [c for c in api.list(CONFIGMAPS, ns)[0]
+               if any(o.get("name") == name for o in c["metadata"].get("ownerReferences", []))]
+
+    assert local.cluster.delete_job(ns, name)
+    wait_for(lambda: local.job(name) is None and api.get(JOBSETS, ns, name) is None
+             and not api.list(JOBS, ns, selector)[0] and not api.list(PODS, ns, selector)[0]
+             and api.get(SERVICES, ns, name) is None
+             and all(api.get(CONFIGMAPS, ns, c["metadata"]["name"]) is None for c in configs),
+             timeout=90, message="every child of the job to be gone")
+    assert local.processes(name) == []
+
+
+def test_the_scheduler_binds_each_host_to_a_tpu_node_of_the_slices_shape(local):
+    name = unique("sched")
+    local.apply(name, stand_in(SLEEP))
+    local.wait_phase(name, "Running", timeout=90)
+    pods = local.pods(name)
+    nodes = {n["metadata"]["name"]: n for n in local.cluster.api.list(NODES)[0]}
+    bound = [nodes[p["spec"]["nodeName"]] for p in pods]
+    labels = [n["metadata"]["labels"] for n in bound]
+    assert [(lab[ACCELERATOR], lab[TOPOLOGY]) for lab in labels] == [("tpu-v6e-slice", "2x4")] * 2
+    assert len({lab[NODEPOOL] for lab in labels}) == 1, "one slice, one node pool"
+    assert len({n["metadata"]["name"] for n in bound}) == 2, "one host per node"
+    scheduled = [c for p in pods for c in p["status"]["conditions"] if c["type"] == "PodScheduled"]
+    assert [c["status"] for c in scheduled] == ["True", "True"]
+    assert local.cluster.delete_job(local.namespace, name)
