@@ -98,6 +98,14 @@ def test_one_pool_per_slice_and_none_twice():
                                                      10250)]) == []
 
 
+def test_a_pod_that_names_its_pool_needs_no_new_one():
+    # JobSet's exclusive placement: a follower pod selects the pool its leader landed on.
+    follower = _pod_of(_job("v6e-8"), "j-slice-0")
+    follower["spec"]["nodeSelector"][NODEPOOL] = "tpu-v6e-slice-2x4-abc123-0"
+    assert pool_shape(follower) is None
+    assert plan_pools([follower], []) == []
+
+
 def test_finished_pods_need_no_pool():
     done = _pod_of(_job("v6e-8"), phase="Succeeded")
     assert plan_pools([done], []) == []

@@ -26,7 +26,7 @@ import yaml
 
 from tpujob.local.apiserver.embedded import bundled_crd_paths
 from tpujob.local.apiserver.kubeconfig import write_kubeconfig
-from tpujob.local.executor.client import ApiError, KubeApi, Resource
+from tpujob.local.executor.client import JOBSETS, ApiError, KubeApi, Resource
 
 from . import build, components
 from .pki import Pki, build_pki
@@ -41,6 +41,7 @@ WEBHOOKS = {"Mutating": Resource("admissionregistration.k8s.io", "v1",
                                  "mutatingwebhookconfigurations"),
             "Validating": Resource("admissionregistration.k8s.io", "v1",
                                    "validatingwebhookconfigurations")}
+TPUJOBS = Resource("tpujob.dev", "v1alpha1", "tputrainingjobs")
 RELEASE, RELEASE_NAMESPACE = "tpujob", "tpujob-system"
 CHART = Path(__file__).resolve().parents[4] / "charts" / "tpujob"
 START_TIMEOUT_S = 120.0
@@ -130,6 +131,8 @@ class RealControlPlane:
             for doc in yaml.safe_load_all(path.read_text()):
                 if doc and doc.get("kind") == "CustomResourceDefinition":
                     self._create(CRDS, None, doc)
+        # Its controller gives up on a kind not served yet and looks again only 10 s later.
+        self._wait_until_served(JOBSETS)
         cert_dir = pki.folder / "jobset-webhook"
         cert_dir.mkdir(exist_ok=True)
         serving_cert, serving_key = pki.serving("webhooks")
@@ -168,6 +171,7 @@ class RealControlPlane:
             raise ComponentError(f"helm install of {self.chart} failed "
                                  f"(exit {proc.returncode}):\n{proc.stderr.strip()[-2000:]}")
         self.api.patch(DEPLOYMENTS, RELEASE_NAMESPACE, RELEASE, {"spec": {"replicas": 0}})
+        self._wait_until_served(TPUJOBS)
         token = self.api.request(
             "POST", SERVICE_ACCOUNTS.path(RELEASE_NAMESPACE, RELEASE, "token"),
             {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
@@ -175,6 +179,19 @@ class RealControlPlane:
         assert self.pki is not None
         write_kubeconfig(self.operator_kubeconfig, self.url, user={"token": token},
                          ca_file=self.pki.ca)
+
+    def _wait_until_served(self, resource: Resource) -> None:
+        """A custom resource is served once a list of it answers: not 404 (the CRD not yet
+        established) nor 429 ("storage is (re)initializing")."""
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:
+            try:
+                self.api.list(resource)
+                return
+            except ApiError as err:
+                if err.status not in (404, 429) or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.1)
 
     def _run(self, name: str, argv: list[str], logs: Path) -> Component:
         component = Component(name, argv, logs).start()

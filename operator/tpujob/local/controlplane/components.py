@@ -66,10 +66,16 @@ def build_controller_manager_args(pki: Pki, kubeconfig: Path) -> list[str]:
             "--use-service-account-credentials=true",
             f"--service-account-private-key-file={pki.sa_key}",
             f"--root-ca-file={pki.ca}",
-            # Cloud and network controllers have nothing to do on this machine.
+            # Cloud and network controllers have nothing to do on this machine; nor have the
+            # Endpoints and EndpointSlice controllers: pods here have loopback addresses, which
+            # Endpoints refuse (the executor answers the pods' DNS names itself).
             "--controllers=*,-nodeipam,-service-lb-controller,-cloud-node-lifecycle-controller,"
             "-node-route-controller,-persistentvolume-binder-controller,"
-            "-persistentvolume-expander-controller,-persistentvolume-attach-detach-controller",
+            "-persistentvolume-expander-controller,-persistentvolume-attach-detach-controller,"
+            "-endpoints-controller,-endpointslice-controller,-endpointslice-mirroring-controller",
+            # A new node is tainted not-ready until the node controller's next look sees it
+            # Ready: every 5 s by default, every second here.
+            "--node-monitor-period=1s",
             "--secure-port=0", "--profiling=false", "--v=1"]
 
 

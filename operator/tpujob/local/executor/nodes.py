@@ -64,7 +64,9 @@ def pool_shape(pod: dict[str, Any]) -> PoolShape | None:
     spec = pod.get("spec") or {}
     selector = spec.get("nodeSelector") or {}
     label, topology = selector.get(ACCELERATOR), selector.get(TOPOLOGY)
-    if not label or not topology:
+    if not label or not topology or NODEPOOL in selector:
+        # A pod that names its pool (JobSet's exclusive placement gives followers the pool
+        # its leader landed on) goes where that pool is: it needs no new one.
         return None
     generation = next((g for g in GENERATIONS if g.accelerator_label == label), None)
     try:
