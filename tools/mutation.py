@@ -80,6 +80,11 @@ MODULES: dict[str, list[str]] = {
                                         "tests/trainer/test_contract.py",
                                         "tests/controller/test_observe.py"],
     "operator/tpujob/local/apiserver/patch.py": ["tests/apiserver/test_patch_unit.py"],
+    "operator/tpujob/local/apiserver/podlogs.py": ["tests/apiserver/test_podlogs_unit.py"],
+    "operator/tpujob/local/executor/nodes.py": ["tests/executor/test_nodes_unit.py"],
+    "operator/tpujob/local/controlplane/build.py": ["tests/controlplane/test_build_unit.py"],
+    "operator/tpujob/local/controlplane/components.py": [
+        "tests/controlplane/test_components_unit.py"],
     "operator/tpujob/local/apiserver/selectors.py": ["tests/apiserver/test_selectors_unit.py"],
     "operator/tpujob/local/apiserver/store.py": ["tests/apiserver/test_store_unit.py"],
     "operator/tpujob/local/apiserver/strategy.py": ["tests/apiserver/test_strategy_unit.py",

@@ -81,3 +81,15 @@ def test_options_parsed():
                              "tailLines": "5", "sinceSeconds": "30", "timestamps": "true"}, "p")
     assert options == LogOptions(container="c", follow=True, previous=True, timestamps=True,
                                  tail_lines=5, since_seconds=30)
+
+
+@pytest.mark.parametrize("tail, expected", [
+    (0, 0), (1, 1), (299, 299), (300, 300), (301, 300), (400, 300), (599, 300), (600, 300),
+    (10_000, 300)])
+def test_tail_lines_past_the_log_give_the_whole_log(tail, expected):
+    # n+1 .. 2n-1 once gave too few lines (a negative slice start): tailLines=400 on a
+    # 300-line log returned 100.
+    lines = [(format_timestamp(i), f"line {i}\n".encode()) for i in range(300)]
+    got = select(lines, LogOptions(tail_lines=tail), None)
+    assert len(got) == expected
+    assert got == lines[len(lines) - expected:] if expected else got == []

@@ -17,6 +17,7 @@ from tests.e2e.conftest import json_lines, unique
 from tests.support.apiserver import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+CONTROL_PLANES = ("embedded", "real")
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 
 

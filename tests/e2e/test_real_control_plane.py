@@ -13,7 +13,15 @@ import pytest
 from tests.e2e.conftest import stand_in, unique
 from tests.support.apiserver import wait_for
 from tpujob.local.controlplane.cluster import RELEASE, RELEASE_NAMESPACE
-from tpujob.local.executor.client import CONFIGMAPS, JOBS, JOBSETS, PODS, SERVICES, Resource
+from tpujob.local.executor.client import (
+    CONFIGMAPS,
+    JOBS,
+    JOBSETS,
+    PODS,
+    SERVICES,
+    ApiError,
+    Resource,
+)
 from tpujob.local.executor.nodes import ACCELERATOR, NODEPOOL, NODES, TOPOLOGY
 
 pytestmark = pytest.mark.e2e
@@ -95,3 +103,89 @@ def test_the_scheduler_binds_each_host_to_a_tpu_node_of_the_slices_shape(local):
     scheduled = [c for p in pods for c in p["status"]["conditions"] if c["type"] == "PodScheduled"]
     assert [c["status"] for c in scheduled] == ["True", "True"]
     assert local.cluster.delete_job(local.namespace, name)
+
+
+def test_pod_logs_come_through_the_apiserver_from_the_nodes_kubelet_endpoint(local):
+    name = unique("logs")
+    local.apply(name, stand_in("import sys, time\nfor i in range(3): print(f'line {i}')\n"
+                               "sys.stdout.flush(); time.sleep(300)"))
+    local.wait_phase(name, "Running", timeout=90)
+    pod = local.pods(name)[0]["metadata"]["name"]
+    api = local.cluster.api
+    path = PODS.path(local.namespace, pod, "log")
+
+    def read(**params) -> str:
+        response = api.session.get(api.base_url + path, params=params, timeout=30,
+                                   verify=api.session.verify)
+        assert response.status_code == 200, response.text
+        return response.text
+
+    assert wait_for(lambda: read() == "line 0\nline 1\nline 2\n", timeout=30,
+                    message="the three lines through the apiserver")
+    assert read(tailLines=1) == "line 2\n"
+    assert read(tailLines=10) == "line 0\nline 1\nline 2\n"
+    response = api.session.get(api.base_url + path, params={"container": "nope"}, timeout=30,
+                               verify=api.session.verify)
+    assert response.status_code == 400 and "nope" in response.text
+    assert local.cluster.delete_job(local.namespace, name)
+
+
+KUEUE = "kueue.x-k8s.io"
+FLAVORS = Resource(KUEUE, "v1beta2", "resourceflavors")
+CLUSTER_QUEUES = Resource(KUEUE, "v1beta2", "clusterqueues")
+LOCAL_QUEUES = Resource(KUEUE, "v1beta2", "localqueues")
+WORKLOADS = Resource(KUEUE, "v1beta2", "workloads")
+NAMESPACES = Resource("", "v1", "namespaces")
+
+
+@pytest.fixture(scope="module")
+def queue(local):
+    """A LocalQueue whose ClusterQueue has quota for one v6e-8 (8 chips) at a time."""
+    api, name = local.cluster.api, unique("tpu")
+    try:   # the module's namespace, made by its first job otherwise
+        api.create(NAMESPACES, None, {"apiVersion": "v1", "kind": "Namespace",
+                                      "metadata": {"name": local.namespace}})
+    except ApiError as err:
+        assert err.status == 409, err
+    api.create(FLAVORS, None, {"apiVersion": f"{KUEUE}/v1beta2", "kind": "ResourceFlavor",
+                               "metadata": {"name": name}})
+    api.create(CLUSTER_QUEUES, None, {
+        "apiVersion": f"{KUEUE}/v1beta2", "kind": "ClusterQueue", "metadata": {"name": name},
+        "spec": {"namespaceSelector": {}, "resourceGroups": [{
+            "coveredResources": ["google.com/tpu"],
+            "flavors": [{"name": name, "resources": [
+                {"name": "google.com/tpu", "nominalQuota": 8}]}]}]}})
+    api.create(LOCAL_QUEUES, local.namespace, {
+        "apiVersion": f"{KUEUE}/v1beta2", "kind": "LocalQueue",
+        "metadata": {"name": "tpus", "namespace": local.namespace},
+        "spec": {"clusterQueue": name}})
+    wait_for(lambda: any(c["type"] == "Active" and c["status"] == "True" for c in (
+        api.get(CLUSTER_QUEUES, None, name) or {}).get("status", {}).get("conditions", [])),
+        timeout=60, message="the ClusterQueue to be active")
+    return "tpus"
+
+
+def test_a_queued_job_waits_suspended_until_kueue_admits_it_then_runs(local, queue):
+    first, second = unique("q1"), unique("q2")
+    sleeper = "import time; time.sleep(8)"
+    local.apply(first, stand_in(sleeper, scheduling={"queueName": queue}))
+    local.wait_phase(first, "Running", timeout=90)
+    # The quota holds one v6e-8: the second waits, its JobSet suspended, no pod made.
+    local.apply(second, stand_in(sleeper, scheduling={"queueName": queue}))
+    job = local.wait_phase(second, "Queued", timeout=60)
+    [running] = [c for c in job["status"]["conditions"] if c["type"] == "Running"]
+    assert (running["status"], running["reason"]) == ("False", "Queued"), running
+    assert f"waiting for Kueue queue {queue} to admit it" in running["message"], running
+    jobset = local.cluster.api.get(JOBSETS, local.namespace, second)
+    assert jobset["spec"]["suspend"] is True
+    assert jobset["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == queue
+    assert local.pods(second) == []
+    workloads = [w for w in local.cluster.api.list(WORKLOADS, local.namespace)[0]
+                 if w["metadata"]["ownerReferences"][0]["name"] == second]
+    assert len(workloads) == 1, "Kueue made a Workload for the queued JobSet"
+    assert local.status(first)["phase"] == "Running"
+    # The first ends and frees the quota: Kueue admits the second, which runs to the end.
+    assert local.wait_phase(first, "Succeeded", "Failed", timeout=90)["status"]["phase"] == \
+        "Succeeded"
+    job = local.wait_phase(second, "Succeeded", "Failed", timeout=120)
+    assert job["status"]["phase"] == "Succeeded", job["status"]

@@ -154,7 +154,7 @@ def select(lines: list[tuple[str, bytes]], options: LogOptions, since: int | Non
     """The lines a request gets: the last `tailLines`, of those the ones that came at or
     after `since` (the kubelet's order: it seeks back to the tail, then skips by time)."""
     if options.tail_lines is not None:
-        lines = lines[len(lines) - options.tail_lines:] if options.tail_lines else []
+        lines = lines[max(0, len(lines) - options.tail_lines):]
     if since is not None:
         lines = [(t, line) for t, line in lines if _stamp_ns(t) >= since]
     return lines
@@ -172,12 +172,13 @@ def _stamp_ns(stamp: str) -> int:
     return seconds * 1_000_000_000 + int(rest.rstrip("Z") or 0)
 
 
-async def serve(request: web.Request, pod: dict[str, Any], source: PodLogSource | None
-                ) -> web.StreamResponse:
-    """Answer a `pods/log` request for `pod` (already read from the store)."""
+async def serve(request: web.Request, pod: dict[str, Any], source: PodLogSource | None,
+                container: str | None = None) -> web.StreamResponse:
+    """Answer a `pods/log` request for `pod` (already read from the store); `container`: the
+    one a kubelet's `/containerLogs/<ns>/<pod>/<container>` names in its path."""
     meta = pod["metadata"]
     options = parse_options(request.query, meta["name"])
-    container = container_name(pod, options.container)
+    container = container_name(pod, container or options.container)
     loop = asyncio.get_running_loop()
     log = None
     if source is not None:

@@ -53,6 +53,10 @@ INSTALLS = {  # binary name -> (module, main package)
 }
 BINARIES = (*KUBE_PROGRAMS, "etcd", *INSTALLS)
 MARKER = "built.json"
+LAYOUT = 2   # what a build folder holds; a change builds a new folder
+# Manifests a program needs at run time, copied from its module into `share/<name>/` (the
+# module cache may be cleaned): Kueue's CRDs and its webhook configurations.
+SHARED = {"kueue": ("config/components/crd/bases", "config/components/webhook/manifests.yaml")}
 
 ETCD_MAIN = """package main
 
@@ -78,7 +82,8 @@ def cache_root() -> Path:
 
 
 def build_dir() -> Path:
-    digest = hashlib.sha256(json.dumps(PINS, sort_keys=True).encode()).hexdigest()[:10]
+    digest = hashlib.sha256(json.dumps({**PINS, "layout": LAYOUT}, sort_keys=True).encode()
+                            ).hexdigest()[:10]
     return cache_root() / f"control-plane-{digest}"
 
 
@@ -127,7 +132,15 @@ def read_marker(directory: Path) -> dict | None:
         return None
     if not all(os.access(directory / "bin" / name, os.X_OK) for name in BINARIES):
         return None
+    if not all((directory / "share" / name / Path(item).name).exists()
+               for name, items in SHARED.items() for item in items):
+        return None
     return marker
+
+
+def shared(name: str, item: str) -> Path:
+    """A manifest copied from a program's module at build time (`SHARED`)."""
+    return build_dir() / "share" / name / item
 
 
 def binaries(directory: Path | None = None) -> dict[str, Path]:
@@ -195,6 +208,16 @@ def _build(directory: Path, progress) -> None:
         _go([go, "get", target], folder, env, target)
         _go([go, "build", "-ldflags=-s -w", "-o", str(bin_dir / name), package], folder, env,
             target)
+        if name in SHARED:
+            module_dir = Path(_go([go, "list", "-m", "-f", "{{.Dir}}", module], folder, env,
+                                  target).strip())
+            for item in SHARED[name]:
+                source, dest = module_dir / item, directory / "share" / name / Path(item).name
+                dest.parent.mkdir(parents=True, exist_ok=True)
+                if source.is_dir():
+                    shutil.copytree(source, dest, dirs_exist_ok=True)
+                else:
+                    shutil.copyfile(source, dest)
         timings[name] = round(time.monotonic() - t0, 1)
     etcd_version = _go([go, "list", "-m", "-f", "{{.Version}}", "go.etcd.io/etcd/server/v3"],
                        src, env, "etcd version").strip()

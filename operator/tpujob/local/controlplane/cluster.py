@@ -42,6 +42,8 @@ WEBHOOKS = {"Mutating": Resource("admissionregistration.k8s.io", "v1",
             "Validating": Resource("admissionregistration.k8s.io", "v1",
                                    "validatingwebhookconfigurations")}
 TPUJOBS = Resource("tpujob.dev", "v1alpha1", "tputrainingjobs")
+KUEUE_KINDS = tuple(Resource("kueue.x-k8s.io", "v1beta2", plural) for plural in (
+    "clusterqueues", "localqueues", "resourceflavors", "workloads"))
 RELEASE, RELEASE_NAMESPACE = "tpujob", "tpujob-system"
 CHART = Path(__file__).resolve().parents[4] / "charts" / "tpujob"
 START_TIMEOUT_S = 120.0
@@ -113,7 +115,7 @@ class RealControlPlane:
         self._mark("kube-apiserver", t0)
 
         kubeconfigs = {}
-        for name in ("controller-manager", "scheduler", "jobset", "kubelet"):
+        for name in ("controller-manager", "scheduler", "jobset", "kueue", "kubelet"):
             cert, key = pki.client(name)
             kubeconfigs[name] = write_kubeconfig(
                 self.root / f"{name}.kubeconfig", self.url,
@@ -149,6 +151,8 @@ class RealControlPlane:
             self._create(WEBHOOKS[doc["kind"].removesuffix("WebhookConfiguration")], None, doc)
         jobset.wait_ready(lambda: is_tls_listening(ports.jobset_webhook), START_TIMEOUT_S)
         self._mark("jobset controller", t0)
+        self._start_kueue(programs["kueue"], kubeconfigs, ca_bundle, logs)
+        self._mark("kueue", t0)
         # The controller manager is ready when its service-account controller made `default`.
         kcm.wait_ready(lambda: self.api.get(SERVICE_ACCOUNTS, "default", "default") is not None,
                        START_TIMEOUT_S)
@@ -180,18 +184,58 @@ class RealControlPlane:
         write_kubeconfig(self.operator_kubeconfig, self.url, user={"token": token},
                          ca_file=self.pki.ca)
 
+    def _start_kueue(self, program: Path, kubeconfigs: dict[str, Path], ca_bundle: str,
+                     logs: Path) -> None:
+        """Kueue: its CRDs, the controller, and its webhooks (JobSet's and its own kinds')."""
+        assert self.pki is not None and self.ports is not None
+        for path in sorted(build.shared("kueue", "bases").glob("*.yaml")):
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc and doc.get("kind") == "CustomResourceDefinition":
+                    self._create(CRDS, None, doc)
+        for resource in KUEUE_KINDS:
+            self._wait_until_served(resource)
+        cert_dir = self.pki.folder / "kueue-webhook"
+        cert_dir.mkdir(exist_ok=True)
+        serving_cert, serving_key = self.pki.serving("webhooks")
+        shutil.copy(serving_cert, cert_dir / "tls.crt")
+        shutil.copy(serving_key, cert_dir / "tls.key")
+        config = self.root / "kueue-config.yaml"
+        config.write_text(components.build_kueue_config(self.pki, self.ports))
+        upper, work = self.root / "kueue-etc" / "upper", self.root / "kueue-etc" / "work"
+        certs = upper / components.KUEUE_METRICS_CERTS
+        certs.mkdir(parents=True, exist_ok=True)
+        work.mkdir(parents=True, exist_ok=True)
+        shutil.copy(serving_cert, certs / "tls.crt")
+        shutil.copy(serving_key, certs / "tls.key")
+        kueue = self._run("kueue", components.build_etc_overlay_argv(
+            [str(program), *components.build_kueue_args(config, kubeconfigs["kueue"])],
+            upper, work), logs)
+        manifests = [d for d in yaml.safe_load_all(
+            build.shared("kueue", "manifests.yaml").read_text()) if d]
+        for doc in components.build_kueue_webhooks(manifests, self.ports.kueue_webhook,
+                                                   ca_bundle):
+            self._create(WEBHOOKS[doc["kind"].removesuffix("WebhookConfiguration")], None, doc)
+        kueue.wait_ready(lambda: is_tls_listening(self.ports.kueue_webhook), START_TIMEOUT_S)
+
     def _wait_until_served(self, resource: Resource) -> None:
-        """A custom resource is served once a list of it answers: not 404 (the CRD not yet
-        established) nor 429 ("storage is (re)initializing")."""
+        """A custom resource is served once discovery names it (what controllers map kinds
+        with) and a list of it answers: not 404 (the CRD not yet established) nor 429
+        ("storage is (re)initializing")."""
         deadline = time.monotonic() + START_TIMEOUT_S
+        discovery = f"/apis/{resource.group}/{resource.version}"
         while True:
             try:
-                self.api.list(resource)
-                return
+                names = {r["name"] for r in self.api.request("GET", discovery)["resources"]}
+                if resource.plural in names:
+                    self.api.list(resource)
+                    return
             except ApiError as err:
-                if err.status not in (404, 429) or time.monotonic() > deadline:
+                if err.status not in (404, 429):
                     raise
-                time.sleep(0.1)
+            if time.monotonic() > deadline:
+                raise ComponentError(f"{resource.plural}.{resource.group} not served after "
+                                     f"{START_TIMEOUT_S:.0f} s")
+            time.sleep(0.1)
 
     def _run(self, name: str, argv: list[str], logs: Path) -> Component:
         component = Component(name, argv, logs).start()

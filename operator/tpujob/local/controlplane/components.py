@@ -137,3 +137,65 @@ def build_webhook_configurations(prefix: str, webhooks, port: int, ca_bundle: st
                         "metadata": {"name": f"{prefix}-{kind.lower()}-webhooks"},
                         "webhooks": hooks})
     return out
+
+
+def build_kueue_config(pki: Pki, ports: Ports) -> str:
+    """Kueue's Configuration (config.kueue.x-k8s.io/v1beta2, as its
+    config/components/manager/controller_manager_config.yaml): JobSet the one integration, no
+    leader election, no cert rotation of its own, the webhook on 127.0.0.1, no metrics or health
+    servers."""
+    cert, _ = pki.serving("webhooks")
+    return yaml.safe_dump({
+        "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
+        "leaderElection": {"leaderElect": False},
+        "internalCertManagement": {"enable": False},
+        "webhook": {"port": ports.kueue_webhook, "host": "127.0.0.1",
+                    "certDir": str(cert.parent / "kueue-webhook")},
+        "metrics": {"bindAddress": "0"},
+        "health": {"healthProbeBindAddress": "0"},
+        "integrations": {"frameworks": ["jobset.x-k8s.io/jobset"]},
+    })
+
+
+def build_kueue_args(config: Path, kubeconfig: Path) -> list[str]:
+    # The visibility server (pending workloads) would listen on every interface: off for now.
+    return [f"--config={config}", f"--kubeconfig={kubeconfig}",
+            "--feature-gates=VisibilityOnDemand=false", "--zap-log-level=info"]
+
+
+KUEUE_METRICS_CERTS = "kueue/metrics/certs"   # under /etc, fixed in Kueue v0.17.0's main.go
+
+
+def build_etc_overlay_argv(argv: list[str], upper: Path, work: Path) -> list[str]:
+    """`argv` run in a mount namespace of its own whose /etc is the machine's with `upper`
+    laid over it (overlayfs), so the program finds files at fixed /etc paths that the machine
+    does not have, and nothing of the machine changes. Kueue v0.17.0 reads its metrics
+    certificate from /etc/kueue/metrics/certs whenever its own certificate management is off,
+    and exits without one."""
+    mount = (f"mount -t overlay overlay -o lowerdir=/etc,upperdir={upper},workdir={work} /etc"
+             ' && exec "$@"')
+    return ["unshare", "--mount", "--propagation", "private", "--", "/bin/sh", "-c", mount,
+            "sh", *argv]
+
+
+def is_kueue_webhook_used(path: str) -> bool:
+    """The webhooks of Kueue's own kinds and of its JobSet integration; the others belong to
+    integrations not enabled here, whose paths its server does not serve."""
+    return "-kueue-x-k8s-io-" in path or "-jobset-x-k8s-io-" in path
+
+
+def build_kueue_webhooks(manifests: list[dict], port: int, ca_bundle: str) -> list[dict]:
+    """Kueue's webhook configurations (its config/components/webhook/manifests.yaml), kept to
+    the webhooks `is_kueue_webhook_used` names and sent by URL to 127.0.0.1:port."""
+    out = []
+    for doc in manifests:
+        hooks = []
+        for hook in doc.get("webhooks") or []:
+            path = hook["clientConfig"]["service"]["path"]
+            if is_kueue_webhook_used(path):
+                hooks.append({**hook, "clientConfig": {
+                    "url": f"https://127.0.0.1:{port}{path}", "caBundle": ca_bundle}})
+        if hooks:
+            out.append({**doc, "metadata": {"name": f"kueue-{doc['kind'].lower()}"},
+                        "webhooks": hooks})
+    return out

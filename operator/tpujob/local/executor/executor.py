@@ -36,6 +36,7 @@ from .jobset_controller import (
     subdomain,
 )
 from .kubelet import Kubelet, PodRun
+from .kubelet_endpoint import KubeletEndpoint
 from .network import LocalNetwork
 from .nodes import NodePools
 from .objects import (
@@ -87,9 +88,7 @@ class Executor:
         self._excused: set[str] = set()  # pods stopped by a suspension (job controller memory)
         self.last_error: str | None = None
         self.pools: NodePools | None = None
-        if not self.settings.controllers:
-            self.pools = NodePools(self.api, "127.0.0.1",
-                                   self.settings.kubelet_port)
+        self.endpoint: KubeletEndpoint | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -100,8 +99,13 @@ class Executor:
             raise RuntimeError("executor already started")
         self.api.list(JOBSETS, self.namespace)  # fail fast on a wrong address or missing CRD
         self._stopping.clear()
-        if self.pools is not None:
-            self.pools.start()
+        if not self.settings.controllers:
+            port = 0
+            if self.settings.kubelet_tls is not None:
+                cert, key, ca = (Path(p) for p in self.settings.kubelet_tls)
+                self.endpoint = KubeletEndpoint(self.kubelet, cert, key, ca)
+                port = self.endpoint.start()
+            self.pools = NodePools(self.api, "127.0.0.1", port).start()
         for resource, selector in (_WATCHED if self.settings.controllers
                                    else _WATCHED_AS_KUBELET):
             thread = threading.Thread(target=self._watch, args=(resource, selector),
@@ -123,6 +127,8 @@ class Executor:
         self.kubelet.stop_all(self.settings.stop_grace_s)
         if self.pools is not None:
             self.pools.stop()
+        if self.endpoint is not None:
+            self.endpoint.stop()
         self._watchers.clear()
         self.api.close()
 

@@ -48,7 +48,9 @@ class ExecutorSettings:
     # it registers for the real scheduler to bind pods to (the real control plane runs the
     # JobSet and Job controllers, the scheduler and the garbage collector).
     controllers: bool = True
-    kubelet_port: int = 0   # the nodes' kubelet endpoint (pod logs), with controllers=False
+    # With controllers=False: the kubelet endpoint's (serving certificate, key, CA of the
+    # clients it takes), for the apiserver's `pods/log`; None: the nodes advertise none.
+    kubelet_tls: tuple[str, str, str] | None = None
 
     def grace_seconds(self, spec_seconds: float | None, default: float = 30) -> float:
         seconds = default if spec_seconds is None else float(spec_seconds)

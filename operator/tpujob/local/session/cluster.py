@@ -107,8 +107,10 @@ class LocalCluster:
             overrides = {**self.settings.executor, "extra_env": extra_env}
             if self.settings.cpu_devices_per_process is not None:
                 overrides["cpu_devices_per_process"] = self.settings.cpu_devices_per_process
-            if self.server is None:
+            if self.control_plane is not None:
                 overrides["controllers"] = False
+                pki = self.control_plane.pki
+                overrides["kubelet_tls"] = (*map(str, pki.serving("kubelet")), str(pki.ca))
             self.executor = Executor(executor_server, self.workdir, **overrides)
             self.executor.start()
             if self.server is not None:
