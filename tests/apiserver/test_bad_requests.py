@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 
+from tests.apiserver.crds import GROUP, WIDGET_CRD
 from tests.support.apiserver import Kube, unique_name
 
 pytestmark = pytest.mark.integration
@@ -26,8 +29,15 @@ def test_malformed_json_is_400(kube: Kube) -> None:
     path = f"/api/v1/namespaces/{kube.namespace}/configmaps"
     _status(kube.request("POST", path, data="{not json",
                          headers={"Content-Type": "application/json"}), 400, "BadRequest")
-    _status(kube.request("PATCH", f"{path}/x", data="{not json",
+    # An existing object's malformed patch is 400; a missing object's is 404 first, as
+    # kube-apiserver reads the object before it decodes the patch.
+    name = unique_name("cm")
+    assert kube.request("POST", path, json={"metadata": {"name": name}}).status_code == 201
+    _status(kube.request("PATCH", f"{path}/{name}", data="{not json",
                          headers={"Content-Type": "application/merge-patch+json"}), 400)
+    _status(kube.request("PATCH", f"{path}/x", data="{not json",
+                         headers={"Content-Type": "application/merge-patch+json"}), 404,
+            "NotFound")
     _still_serving(kube)
 
 
@@ -44,11 +54,15 @@ def test_wrong_content_type_is_415(kube: Kube) -> None:
 
 def test_unknown_resources_are_404(kube: Kube) -> None:
     for path in ("/api/v1/nonsense", f"/api/v1/namespaces/{kube.namespace}/nonsense",
-                 "/apis/no.such.group/v1/things", "/apis/no.such.group",
                  "/apis/batch/v9"):
         _status(kube.get(path), 404, "NotFound")
-    _status(kube.request("POST", "/apis/no.such.group/v1/namespaces/default/things",
-                         json={}), 404)
+    # A group no one serves: kube-apiserver's mux answers in plain text, with no Status.
+    for method, path in (("GET", "/apis/no.such.group/v1/things"),
+                         ("GET", "/apis/no.such.group"),
+                         ("POST", "/apis/no.such.group/v1/namespaces/default/things")):
+        response = kube.request(method, path, json={} if method == "POST" else None)
+        assert (response.status_code, response.text) == (404, "404 page not found\n")
+        assert response.headers["Content-Type"].startswith("text/plain")
     _still_serving(kube)
 
 
@@ -123,9 +137,11 @@ def test_nan_and_infinity_are_not_json(kube: Kube) -> None:
     _still_serving(kube)
 
 
-def test_bodies_too_deep_or_expanding_too_far_are_refused(kube: Kube, widgets: str) -> None:
-    if not kube.embedded:
-        pytest.skip("limits of the embedded server (kube-apiserver's are far higher)")
+def test_bodies_too_deep_or_expanding_too_far_are_refused(embedded_kube: Kube) -> None:
+    # The embedded server's own limits (kube-apiserver's are far higher): embedded only.
+    kube = embedded_kube
+    kube.ensure_crd(copy.deepcopy(WIDGET_CRD))
+    widgets = f"/apis/{GROUP}/v1/namespaces/{kube.namespace}/widgets"
     path = f"/api/v1/namespaces/{kube.namespace}/configmaps"
     json_type = {"Content-Type": "application/json"}
     for depth in (250, 100_000):

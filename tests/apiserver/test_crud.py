@@ -280,4 +280,7 @@ def test_server_side_apply(kube: Kube, widgets: str) -> None:
     assert "a" not in (reapplied.json()["metadata"].get("labels") or {})
     assert reapplied.json()["metadata"]["generation"] == 2
     missing_manager = kube.request("PATCH", path, data=manifest, headers=headers)
-    assert missing_manager.status_code == 400
+    assert missing_manager.status_code == 422, missing_manager.text
+    status = missing_manager.json()
+    assert (status["reason"], status["details"]["kind"]) == ("Invalid", "PatchOptions")
+    assert [c["field"] for c in status["details"]["causes"]] == ["fieldManager"]

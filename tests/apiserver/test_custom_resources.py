@@ -24,7 +24,7 @@ def _causes(response) -> dict[str, str]:
 
 @pytest.mark.parametrize(("spec", "field", "reason"), [
     ({"replicas": -1}, "spec.replicas", "FieldValueInvalid"),
-    ({"replicas": "two"}, "spec.replicas", "FieldValueInvalid"),
+    ({"replicas": "two"}, "spec.replicas", "FieldValueTypeInvalid"),   # as kube-openapi
     ({"size": "huge"}, "spec.size", "FieldValueInvalid"),
     ({"mode": "slow"}, "spec.mode", "FieldValueNotSupported"),
     ({"tags": ["a", "a"]}, "spec.tags[1]", "FieldValueDuplicate"),

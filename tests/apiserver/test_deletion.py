@@ -60,7 +60,9 @@ def test_owner_reference_cascade_deletion(kube: Kube, widgets: str) -> None:
             "uid": child_obj["metadata"]["uid"]}]}})
     kube.request("DELETE", f"{widgets}/{owner['metadata']['name']}",
                  json={"propagationPolicy": "Background"})
-    wait_for(lambda: kube.get(f"{cm_path}/{child}").status_code == 404, timeout=30,
+    # kube-controller-manager's garbage collector learns of a new CRD's kind at its next
+    # discovery resync, every 30 s: the Widget CRD may be younger than that.
+    wait_for(lambda: kube.get(f"{cm_path}/{child}").status_code == 404, timeout=90,
              message="the owned ConfigMap to be collected")
     wait_for(lambda: kube.get(f"/api/v1/namespaces/{kube.namespace}/secrets/{grandchild}")
              .status_code == 404, timeout=30, message="the grandchild to be collected")

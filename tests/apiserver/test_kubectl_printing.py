@@ -75,7 +75,9 @@ def test_pods_jobs_and_events_columns(kube: Kube, kubectl) -> None:
     for name in (done, running):
         r = kube.request("POST", f"/api/v1/namespaces/{ns}/pods", json={
             "apiVersion": "v1", "kind": "Pod", "metadata": {"name": name},
-            "spec": {"containers": [container]}})
+            # No scheduler of that name: a real control plane's scheduler leaves them alone
+            # (and posts no FailedScheduling event among the test's own).
+            "spec": {"containers": [container], "schedulerName": "tpujob.dev/none"}})
         assert r.status_code == 201, r.text
     statuses = {
         done: {"phase": "Succeeded", "containerStatuses": [{
@@ -105,16 +107,23 @@ def test_pods_jobs_and_events_columns(kube: Kube, kubectl) -> None:
     job = unique_name("job")
     r = kube.request("POST", f"/apis/batch/v1/namespaces/{ns}/jobs", json={
         "apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": job},
-        "spec": {"completions": 2, "template": {"spec": {"containers": [container]}}}})
+        # managedBy: no Job controller acts on it (a real control plane runs one), and its
+        # status is this test's to write. A valid one: kube-apiserver refuses a completionTime
+        # without the Complete condition, and Complete without SuccessCriteriaMet.
+        "spec": {"completions": 2, "managedBy": "tpujob.dev/printing-test",
+                 "template": {"spec": {"containers": [container], "restartPolicy": "Never"}}}})
     assert r.status_code == 201, r.text
+    done_at = "2026-01-01T00:01:05Z"
     r = kube.request("PATCH", f"/apis/batch/v1/namespaces/{ns}/jobs/{job}/status", json={
-        "status": {"succeeded": 1, "startTime": "2026-01-01T00:00:00Z",
-                   "completionTime": "2026-01-01T00:01:05Z"}},
+        "status": {"succeeded": 2, "startTime": "2026-01-01T00:00:00Z", "completionTime": done_at,
+                   "conditions": [
+                       {"type": t, "status": "True", "lastTransitionTime": done_at,
+                        "lastProbeTime": done_at} for t in ("SuccessCriteriaMet", "Complete")]}},
         headers={"Content-Type": "application/merge-patch+json"})
     assert r.status_code == 200, r.text
     jobs = kubectl("get", "jobs", job).splitlines()
     assert jobs[0].split() == ["NAME", "STATUS", "COMPLETIONS", "DURATION", "AGE"]
-    assert jobs[1].split()[:4] == [job, "Running", "1/2", "65s"]
+    assert jobs[1].split()[:4] == [job, "Complete", "2/2", "65s"]
 
     # Three Events of one object in the same second, named as client-go's recorder names them
     # (the operator and the executor do too): listed in the order they happened.

@@ -26,7 +26,7 @@ def _errors(obj: dict, old: dict | None = None) -> list[tuple[str, str, str]]:
     ({"size": "huge"}, [("spec.size", "Invalid",
                          "Invalid value: \"huge\": spec.size in body should match "
                          "'^(small|medium|large)-[0-9]+$'")]),
-    ({"size": 7}, [("spec.size", "Invalid",
+    ({"size": 7}, [("spec.size", "TypeInvalid",   # kube-openapi's field.TypeInvalid
                     'Invalid value: "integer": spec.size in body must be of type string: '
                     '"integer"')]),
     ({"size": "small-1", "replicas": 0},
@@ -38,7 +38,7 @@ def _errors(obj: dict, old: dict | None = None) -> list[tuple[str, str, str]]:
     ({"size": "small-1", "tags": ["a", "a"]},
      [("spec.tags[1]", "Duplicate", 'Duplicate value: "a"')]),
     ({"size": "small-1", "nested": {"level": "deep"}},
-     [("spec.nested.level", "Invalid",
+     [("spec.nested.level", "TypeInvalid",
        'Invalid value: "string": spec.nested.level in body must be of type integer: '
        '"string"')]),
 ])

@@ -76,9 +76,12 @@ def test_bookmarks_are_sent_when_allowed(kube: Kube) -> None:
     events = _events(kube, path, resourceVersion=start, timeoutSeconds=3,
                      allowWatchBookmarks="true", fieldSelector="metadata.name=none-such")
     bookmarks = [e for e in events if e["type"] == "BOOKMARK"]
-    assert bookmarks, events
-    assert bookmarks[0]["object"]["kind"] == "ConfigMap"
-    assert int(bookmarks[0]["object"]["metadata"]["resourceVersion"]) >= int(start)
+    # Bookmarks are best effort: kube-apiserver sends them about once a minute, the embedded
+    # server every `bookmark_interval_s` (1 s here); a client must not rely on either.
+    assert bookmarks or not kube.embedded, events
+    assert all(b["object"]["kind"] == "ConfigMap" and int(
+        b["object"]["metadata"]["resourceVersion"]) >= int(start) for b in bookmarks)
+    assert [e for e in events if e["type"] != "BOOKMARK"] == []
     plain = _events(kube, path, resourceVersion=start, timeoutSeconds=1,
                     fieldSelector="metadata.name=none-such")
     assert not [e for e in plain if e["type"] == "BOOKMARK"]
@@ -87,6 +90,12 @@ def test_bookmarks_are_sent_when_allowed(kube: Kube) -> None:
 def test_too_old_resource_version_is_410_gone(kube: Kube) -> None:
     path = f"/api/v1/namespaces/{kube.namespace}/configmaps"
     events = _events(kube, path, resourceVersion="1", timeoutSeconds=2)
+    if not kube.embedded and (not events or events[0]["type"] != "ERROR"):
+        # kube-apiserver serves a watch from any version etcd has not compacted yet (every
+        # 5 min): on a young cluster, version 1 is still there. The embedded server keeps a
+        # short history and answers 410 at once.
+        assert all(e["type"] in ("ADDED", "MODIFIED", "DELETED", "BOOKMARK") for e in events)
+        return
     assert events[0]["type"] == "ERROR"
     status = events[0]["object"]
     assert status["kind"] == "Status" and status["code"] == 410
@@ -118,6 +127,8 @@ def test_official_client_watch_stream(kube: Kube, kube_client) -> None:
     for event in stream:
         seen.append((event["type"], event["object"].metadata.name))
     assert seen == [("ADDED", name)]
+    if not kube.embedded:
+        return   # version 1 is not compacted yet on a young kube-apiserver (see above)
     with pytest.raises(ApiException) as err:
         for _ in watch.Watch().stream(core.list_namespaced_config_map, kube.namespace,
                                       resource_version="1", timeout_seconds=1):

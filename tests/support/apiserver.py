@@ -11,6 +11,7 @@ Load it from a conftest with `from tests.support.apiserver import *  # noqa: F40
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import os
 import secrets
@@ -25,7 +26,7 @@ import requests
 
 ENV_KUBECONFIG = "TPUJOB_TEST_KUBECONFIG"
 
-__all__ = ["Kube", "kube", "kube_client", "wait_for"]
+__all__ = ["Kube", "kube", "kube_client", "open_kube", "wait_for"]
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.05,
@@ -64,6 +65,8 @@ class Kube:
     def request(self, method: str, path: str, **kwargs: Any) -> requests.Response:
         """Raw HTTP to the server, authenticated as the kubeconfig says."""
         kwargs.setdefault("timeout", 30)
+        # verify named on each request: $REQUESTS_CA_BUNDLE would override the session's CA.
+        kwargs.setdefault("verify", self.session.verify)
         return self.session.request(method, self.base_url + path, **kwargs)
 
     def get(self, path: str, **kwargs: Any) -> requests.Response:
@@ -134,6 +137,18 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
         server = ApiServer(crds=load_crds(bundled_crd_paths()), bookmark_interval_s=1.0)
         server.start()
         kubeconfig = server.write_kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig")
+    try:
+        with open_kube(kubeconfig, server) as opened:
+            yield opened
+    finally:
+        if server is not None:
+            server.stop()
+
+
+@contextlib.contextmanager
+def open_kube(kubeconfig: Path, server: Any = None) -> Iterator[Kube]:
+    """A `Kube` for the server `kubeconfig` names, with a namespace of its own (deleted at the
+    end, with the CRDs it applied)."""
     base_url, session = _session_for(kubeconfig)
     namespace = f"tpujob-test-{secrets.token_hex(3)}"
     kube = Kube(kubeconfig, namespace, base_url, session, server)
@@ -146,8 +161,6 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Kube]:
         kube.request("DELETE", f"/api/v1/namespaces/{namespace}")
         kube.cleanup()
         session.close()
-        if server is not None:
-            server.stop()
 
 
 @pytest.fixture

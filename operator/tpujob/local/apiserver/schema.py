@@ -126,12 +126,12 @@ def validate(value: Any, schema: dict, path: str = "", old: Any = _MISSING,
         return errors
     if schema.get("x-kubernetes-int-or-string"):
         if not (_has_type(value, "integer") or isinstance(value, str)):
-            errors.append(FieldError("Invalid", path, value,
+            errors.append(FieldError("TypeInvalid", path, value,
                                      f"{path} in body must be of type integer or string: "
                                      f'"{_type_name(value)}"'))
             return errors
     elif (expected := schema.get("type")) and not _has_type(value, expected):
-        errors.append(FieldError("Invalid", path, _type_name(value),
+        errors.append(FieldError("TypeInvalid", path, _type_name(value),
                                  f'{path} in body must be of type {expected}: '
                                  f'"{_type_name(value)}"'))
         return errors

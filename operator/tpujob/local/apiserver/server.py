@@ -198,11 +198,12 @@ class ApiHandler:
             return self._discovery_only(request, discovery.api_versions(self.address))
         if parts[0] == "apis" and len(parts) == 1:
             return self._discovery_only(request, discovery.api_group_list(self.registry))
+        if parts[0] == "apis" and discovery.api_group(self.registry, parts[1]) is None:
+            # No API group of that name: kube-apiserver's mux answers in plain text, not with
+            # a Status (a group it serves with a version it does not gets a Status).
+            return web.Response(status=404, text="404 page not found\n")
         if parts[0] == "apis" and len(parts) == 2:
-            document = discovery.api_group(self.registry, parts[1])
-            if document is None:
-                raise errors.resource_not_found()
-            return self._discovery_only(request, document)
+            return self._discovery_only(request, discovery.api_group(self.registry, parts[1]))
         group, version, rest = ("", parts[1], parts[2:]) if parts[0] == "api" else \
             (parts[1], parts[2], parts[3:]) if parts[0] == "apis" else (None, None, None)
         if group is None:
@@ -428,8 +429,10 @@ class ApiHandler:
         validation = _field_validation(request)
         if content_type == "application/apply-patch+yaml":
             return self._apply(request, target, _decode(raw, "application/yaml"), validation)
-        body = _decode(raw, "application/json")
+        # kube-apiserver reads the object before it decodes the patch: a patch of a missing
+        # object is 404 even when the patch is malformed.
         old = self.store.get(target.rtype, target.namespace, target.name)
+        body = _decode(raw, "application/json")
         current = self._versioned(target.rtype, old)
         try:
             if content_type == "application/json-patch+json":
@@ -455,9 +458,12 @@ class ApiHandler:
     def _apply(self, request: web.Request, target: Target, applied: Any,
                validation: str) -> web.Response:
         manager = request.query.get("fieldManager")
-        if not manager:
-            raise errors.bad_request("PATCH, application/apply-patch+yaml: fieldManager is "
-                                     "required for apply requests")
+        if not manager:   # kube-apiserver: PatchOptions validation, 422 naming the field
+            raise ApiError(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: '
+                           "fieldManager: Required value: is required for apply patch",
+                           {"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [
+                               {"reason": "FieldValueRequired", "field": "fieldManager",
+                                "message": "Required value: is required for apply patch"}]})
         if not isinstance(applied, dict) or not applied.get("apiVersion") or \
                 not applied.get("kind"):
             raise errors.bad_request("invalid object type: apply requires apiVersion and kind")

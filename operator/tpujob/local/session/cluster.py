@@ -30,6 +30,10 @@ from tpujob.local.session.gcs import GcsEmulator, bucket_of
 from tpujob.local.session.manifests import apply_documents
 
 log = logging.getLogger("tpujob.local")
+
+
+class StartError(RuntimeError):
+    """A piece of local mode could not be started; the message says which and why."""
 TPUJOBS = Resource(GROUP, VERSION, PLURAL)
 
 # The operator reads progress every second here (15 s in a cluster): a person is watching.
@@ -128,11 +132,16 @@ class LocalCluster:
     def _start_real_control_plane(self) -> tuple[Path, Path]:
         """Start the real control plane; the user's kubeconfig is its admin's. Returns the
         operator's kubeconfig (the chart's ServiceAccount) and the kubelets'."""
+        from tpujob.local.controlplane.build import BuildError
         from tpujob.local.controlplane.cluster import RealControlPlane
+        from tpujob.local.controlplane.processes import ComponentError
 
-        self.control_plane = RealControlPlane(self.workdir).start()
-        self.kubeconfig.write_bytes(self.control_plane.admin_kubeconfig.read_bytes())
-        self.kubeconfig.chmod(0o600)
+        self.control_plane = RealControlPlane(self.workdir)
+        try:
+            self.control_plane.start()
+        except (BuildError, ComponentError) as err:
+            raise StartError(f"the real control plane: {err}") from err
+        self.write_kubeconfig(self.kubeconfig)
         self.api = KubeApi(self.control_plane.admin_kubeconfig)
         return self.control_plane.operator_kubeconfig, self.control_plane.kubelet_kubeconfig
 
@@ -199,6 +208,18 @@ class LocalCluster:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+    def write_kubeconfig(self, path: str | os.PathLike) -> Path:
+        """A kubeconfig for kubectl at `path`: the embedded server's, or the real control
+        plane's admin's."""
+        if self.control_plane is not None:
+            target = Path(path).expanduser()
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.touch(mode=0o600, exist_ok=True)
+            target.write_bytes(self.control_plane.admin_kubeconfig.read_bytes())
+            return target
+        assert self.server is not None, "not started"
+        return self.server.write_kubeconfig(path)
 
     @property
     def url(self) -> str:

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TextIO
 
-from tpujob.local.session.cluster import LocalCluster, LocalSettings
+from tpujob.local.session.cluster import LocalCluster, LocalSettings, StartError
 from tpujob.local.session.display import Display, build_event_line
 from tpujob.local.session.gcs import GcsEmulatorError
 from tpujob.local.session.manifests import (
@@ -153,7 +153,7 @@ def run_file(path: str | Path, options: RunOptions = RunOptions(), *,
         try:
             try:
                 cluster.start()
-            except (OSError, GcsEmulatorError) as e:
+            except (OSError, GcsEmulatorError, StartError) as e:
                 err.write(f"tpujob local run: cannot start local mode: {e}\n")
                 return EXIT_FAILED
             if interrupt.is_set():
@@ -302,11 +302,10 @@ def serve(kubeconfig: Path, options: RunOptions, port: int = 0, *, out: TextIO |
         try:
             try:
                 cluster.start()
-            except (OSError, GcsEmulatorError) as e:
+            except (OSError, GcsEmulatorError, StartError) as e:
                 out.write(f"tpujob local up: cannot start local mode: {e}\n")
                 return EXIT_FAILED
-            assert cluster.server is not None
-            path = cluster.server.write_kubeconfig(kubeconfig).resolve()
+            path = cluster.write_kubeconfig(kubeconfig).resolve()
             out.write(_up_message(cluster, path, workdir))
             out.flush()
             while not interrupt.wait(1.0):
