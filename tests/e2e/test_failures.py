@@ -94,3 +94,24 @@ def test_a_job_deleted_mid_run_stops_its_processes(local):
     wait_for(lambda: local.pods(name) == [], timeout=30, message="the pods to go")
     assert local.processes(name) == []
     assert local.job(name) is None
+
+
+def test_a_suspended_job_stops_its_processes_and_runs_again_when_resumed(local):
+    name = unique("suspend")
+    local.apply(name, stand_in(SLEEP))
+    local.wait_phase(name, "Running", timeout=90)
+    first = wait_for(lambda: len(local.processes(name)) == 2 and local.processes(name),
+                     timeout=30, message="both hosts' processes")
+    local.cluster.api.patch(TPUJOBS, local.namespace, name, {"spec": {"suspend": True}})
+    local.wait_phase(name, "Suspended", timeout=60)
+    assert _jobset(local, name)["spec"]["suspend"] is True
+    wait_for(lambda: not any(is_alive(p["pid"]) for p in first), timeout=60,
+             message="the suspended job's processes to stop")
+    wait_for(lambda: local.pods(name) == [], timeout=60, message="its pods to go")
+    local.cluster.api.patch(TPUJOBS, local.namespace, name, {"spec": {"suspend": False}})
+    local.wait_phase(name, "Running", timeout=90)
+    assert _jobset(local, name)["spec"]["suspend"] is False
+    again = wait_for(lambda: len(local.processes(name)) == 2 and local.processes(name),
+                     timeout=60, message="both hosts running again")
+    assert {p["pid"] for p in again}.isdisjoint({p["pid"] for p in first})
+    assert local.cluster.delete_job(local.namespace, name)

@@ -8,12 +8,14 @@ import re
 import pytest
 
 from tpujob.builders.jobset import build_jobset
+from tpujob.local.executor.client import ApiError
 from tpujob.local.executor.nodes import (
     ACCELERATOR,
     NODEPOOL,
     POOL_LABEL,
     TOPOLOGY,
     TPU,
+    NodePools,
     PoolShape,
     build_lease,
     build_node,
@@ -138,3 +140,72 @@ def test_a_node_is_shaped_like_gkes():
     assert lease["metadata"]["namespace"] == "kube-node-lease"
     assert lease["spec"]["renewTime"] == "1970-01-01T00:00:01.500000Z"
     assert lease["metadata"]["ownerReferences"][0]["uid"] == "uid-1"
+
+
+class FakeApi:
+    """Just what NodePools calls, in memory; `fail_status`: writing a node's status fails."""
+
+    def __init__(self, fail_status: bool = False):
+        self.nodes: dict[str, dict] = {}
+        self.leases: dict[str, dict] = {}
+        self.deleted: list[str] = []
+        self.fail_status = fail_status
+
+    def list(self, resource, namespace=None, label_selector=None):
+        return list(self.nodes.values()), "1"
+
+    def create(self, resource, namespace, body):
+        store = self.nodes if resource.plural == "nodes" else self.leases
+        name = body["metadata"]["name"]
+        if name in store:
+            raise ApiError(409, "AlreadyExists", name)
+        store[name] = {**body, "metadata": {**body["metadata"], "uid": f"uid-{name}"}}
+        return store[name]
+
+    def get(self, resource, namespace, name):
+        return self.nodes.get(name)
+
+    def patch(self, resource, namespace, name, body, subresource=None):
+        if resource.plural == "nodes":
+            if self.fail_status:
+                raise ApiError(500, "InternalError", "boom")
+            self.nodes[name] = {**self.nodes[name], **body}
+            return self.nodes[name]
+        self.leases[name]["spec"].update(body["spec"])
+        return self.leases[name]
+
+    def delete(self, resource, namespace, name, **kw):
+        self.deleted.append(name)
+        self.nodes.pop(name, None)
+        return True
+
+
+def test_a_pool_is_registered_ready_with_a_lease_per_node_and_not_made_twice():
+    api = FakeApi()
+    pools = NodePools(api, "127.0.0.1", 10250)
+    pods = [_pod_of(_job("v6e-8"), "j-slice-0")]
+    assert pools.sync(pods) is True
+    assert len(api.nodes) == 2 and set(api.leases) == set(api.nodes) == pools.names()
+    for node in api.nodes.values():
+        assert node["status"]["conditions"][0]["type"] == "Ready"
+        assert node["status"]["allocatable"][TPU] == "4"
+        assert api.leases[node["metadata"]["name"]]["metadata"]["ownerReferences"][0][
+            "uid"] == node["metadata"]["uid"]
+    assert pools.sync(pods) is False, "the pool is there"
+    assert len(api.nodes) == 2
+
+
+def test_a_node_whose_status_cannot_be_written_is_removed_so_the_pool_is_made_again():
+    api = FakeApi(fail_status=True)
+    pools = NodePools(api, "127.0.0.1", 10250)
+    with pytest.raises(ApiError):
+        pools.sync([_pod_of(_job("v6e-8"), "j-slice-0")])
+    assert api.nodes == {} and len(api.deleted) == 1 and pools.names() == set()
+
+
+def test_nodes_made_by_an_earlier_executor_are_this_ones_too():
+    api = FakeApi()
+    NodePools(api, "127.0.0.1", 10250).sync([_pod_of(_job("v6e-8"), "j-slice-0")])
+    later = NodePools(api, "127.0.0.1", 10250)
+    later.sync([])
+    assert later.names() == set(api.nodes) and len(api.nodes) == 2
