@@ -11,8 +11,6 @@ otherwise builds under a file lock beside the directory, so two processes never 
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import glob
 import hashlib
 import importlib.metadata
@@ -20,8 +18,10 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
+
+from tpujob.local.cache import cache_root, locked  # noqa: F401 - defined once, there
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -33,13 +33,6 @@ SAME_AS_TRAINER = ("jax", "jaxlib", "flax", "optax", "orbax-checkpoint", "numpy"
 
 class EnvBuildError(RuntimeError):
     """An environment cannot be built here; the message says what is missing."""
-
-
-def cache_root() -> Path:
-    if os.environ.get("TPUJOB_CACHE_DIR"):
-        return Path(os.environ["TPUJOB_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tpujob"
 
 
 def pins_digest(pins: dict[str, str]) -> str:
@@ -107,17 +100,6 @@ def pip_install(python: str, pins: dict[str, str], what: str) -> None:
     """Exactly `pins`, and nothing they would pull in (`--no-deps`)."""
     run([python, "-m", "pip", "install", "--quiet", "--no-input", "--disable-pip-version-check",
          "--no-deps", *(f"{name}=={version}" for name, version in pins.items())], what)
-
-
-@contextlib.contextmanager
-def locked(path: Path) -> Iterator[None]:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def ensure(directory: Path, marker_name: str, pins: dict[str, str],

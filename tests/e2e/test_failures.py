@@ -30,6 +30,14 @@ def _jobset(local, name: str) -> dict:
     return local.cluster.api.get(JOBSETS, local.namespace, name) or {}
 
 
+def _running_sleeper(local, name: str) -> list[dict]:
+    """A 2-host job of sleeping processes, once both processes run."""
+    local.apply(name, stand_in(SLEEP))
+    local.wait_phase(name, "Running", timeout=90)
+    return wait_for(lambda: len(local.processes(name)) == 2 and local.processes(name),
+                    timeout=30, message="both hosts' processes")
+
+
 def test_an_out_of_memory_exit_fails_the_job_with_its_reason_and_no_restart(local):
     name = unique("oom")
     local.apply(name, stand_in(OUT_OF_MEMORY, restartPolicy={"maxRestarts": 3}))
@@ -81,11 +89,7 @@ def test_an_invalid_job_never_starts_a_process(local):
 
 def test_a_job_deleted_mid_run_stops_its_processes(local):
     name = unique("deleted")
-    local.apply(name, stand_in(SLEEP))
-    local.wait_phase(name, "Running", timeout=60)
-    processes = wait_for(lambda: len(local.processes(name)) == 2 and local.processes(name),
-                         timeout=30, message="both hosts' processes")
-    pids = [p["pid"] for p in processes]
+    pids = [p["pid"] for p in _running_sleeper(local, name)]
     assert all(is_alive(pid) for pid in pids)
 
     assert local.cluster.delete_job(local.namespace, name)
@@ -98,10 +102,7 @@ def test_a_job_deleted_mid_run_stops_its_processes(local):
 
 def test_a_suspended_job_stops_its_processes_and_runs_again_when_resumed(local):
     name = unique("suspend")
-    local.apply(name, stand_in(SLEEP))
-    local.wait_phase(name, "Running", timeout=90)
-    first = wait_for(lambda: len(local.processes(name)) == 2 and local.processes(name),
-                     timeout=30, message="both hosts' processes")
+    first = _running_sleeper(local, name)
     local.cluster.api.patch(TPUJOBS, local.namespace, name, {"spec": {"suspend": True}})
     local.wait_phase(name, "Suspended", timeout=60)
     assert _jobset(local, name)["spec"]["suspend"] is True

@@ -26,16 +26,15 @@ and starts no process. Two processes building at once are serialized by a file l
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import hashlib
 import json
 import os
 import shutil
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
+
+from tpujob.local.cache import cache_root, locked
 
 KUBERNETES = "v1.35.4"
 PINS = {
@@ -72,13 +71,6 @@ func main() { etcdmain.Main(os.Args) }
 
 class BuildError(RuntimeError):
     """A program of the control plane cannot be built here; the message says what refused."""
-
-
-def cache_root() -> Path:
-    if os.environ.get("TPUJOB_CACHE_DIR"):
-        return Path(os.environ["TPUJOB_CACHE_DIR"])
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "tpujob"
 
 
 def build_dir() -> Path:
@@ -159,7 +151,7 @@ def ensure_built(progress=None) -> dict[str, Path]:
     if read_marker(directory):
         return binaries(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
-    with _locked(directory.with_name(directory.name + ".lock")):
+    with locked(directory.with_name(directory.name + ".lock")):
         if read_marker(directory):
             return binaries(directory)
         _build(directory, progress or (lambda _: None))
@@ -236,16 +228,6 @@ def _go(cmd: list[str], cwd: Path, env: dict[str, str], what: str) -> str:
         raise BuildError(f"building {what} failed (exit {proc.returncode}): "
                          f"{' '.join(cmd[:4])}\n{tail}")
     return proc.stdout
-
-
-@contextlib.contextmanager
-def _locked(path: Path) -> Iterator[None]:
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -89,17 +89,26 @@ def build_jobset_config(pki: Pki, ports: Ports) -> str:
     local CA signed its serving certificate), the webhook on 127.0.0.1, no metrics server, and
     the alpha feature gates the restart strategies RestartJob and InPlaceRestart need (off by
     default in v0.12.0, pkg/features: a cluster must turn them on for those strategies)."""
-    cert, _ = pki.serving("webhooks")
     return yaml.safe_dump({
-        "apiVersion": "config.jobset.x-k8s.io/v1alpha1", "kind": "Configuration",
-        "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": False},
-        "webhook": {"port": ports.jobset_webhook, "host": "127.0.0.1",
-                    "certDir": str(cert.parent / "jobset-webhook")},
-        "metrics": {"bindAddress": "0"},
-        "health": {"healthProbeBindAddress": "0"},
+        **_controller_config(pki, "config.jobset.x-k8s.io/v1alpha1", "jobset-webhook",
+                             ports.jobset_webhook),
         "featureGates": {"RestartJob": True, "InPlaceRestart": True},
     })
+
+
+def _controller_config(pki: Pki, api_version: str, cert_folder: str, port: int) -> dict:
+    """What JobSet's and Kueue's Configuration files share (both are controller-runtime
+    managers): no leader election, no certificate management of their own (the local CA signed
+    the webhook's certificate, in `cert_folder` beside the PKI), the webhook server on
+    127.0.0.1:port, no metrics or health servers."""
+    cert, _ = pki.serving("webhooks")
+    return {"apiVersion": api_version, "kind": "Configuration",
+            "leaderElection": {"leaderElect": False},
+            "internalCertManagement": {"enable": False},
+            "webhook": {"port": port, "host": "127.0.0.1",
+                        "certDir": str(cert.parent / cert_folder)},
+            "metrics": {"bindAddress": "0"},
+            "health": {"healthProbeBindAddress": "0"}}
 
 
 def build_jobset_args(config: Path, kubeconfig: Path) -> list[str]:
@@ -144,15 +153,9 @@ def build_kueue_config(pki: Pki, ports: Ports) -> str:
     config/components/manager/controller_manager_config.yaml): JobSet the one integration, no
     leader election, no cert rotation of its own, the webhook on 127.0.0.1, no metrics or health
     servers."""
-    cert, _ = pki.serving("webhooks")
     return yaml.safe_dump({
-        "apiVersion": "config.kueue.x-k8s.io/v1beta2", "kind": "Configuration",
-        "leaderElection": {"leaderElect": False},
-        "internalCertManagement": {"enable": False},
-        "webhook": {"port": ports.kueue_webhook, "host": "127.0.0.1",
-                    "certDir": str(cert.parent / "kueue-webhook")},
-        "metrics": {"bindAddress": "0"},
-        "health": {"healthProbeBindAddress": "0"},
+        **_controller_config(pki, "config.kueue.x-k8s.io/v1beta2", "kueue-webhook",
+                             ports.kueue_webhook),
         "integrations": {"frameworks": ["jobset.x-k8s.io/jobset"]},
     })
 
