@@ -81,6 +81,8 @@ MODULES: dict[str, list[str]] = {
                                         "tests/controller/test_observe.py"],
     "operator/tpujob/local/apiserver/patch.py": ["tests/apiserver/test_patch_unit.py"],
     "operator/tpujob/local/apiserver/podlogs.py": ["tests/apiserver/test_podlogs_unit.py"],
+    "operator/tpujob/local/apiserver/schema.py": ["tests/apiserver/test_schema_unit.py"],
+    "operator/tpujob/local/cache.py": ["tests/controlplane/test_build_unit.py"],
     "operator/tpujob/local/executor/nodes.py": ["tests/executor/test_nodes_unit.py"],
     "operator/tpujob/local/controlplane/build.py": ["tests/controlplane/test_build_unit.py"],
     "operator/tpujob/local/controlplane/components.py": [
