@@ -44,6 +44,16 @@ def _lines(proc: subprocess.Popen) -> queue.Queue:
     return lines
 
 
+def _next(lines: queue.Queue, proc: subprocess.Popen) -> str:
+    """The next line `proc` prints; the test fails with its stderr when none comes."""
+    try:
+        return lines.get(timeout=30)
+    except queue.Empty:
+        proc.kill()
+        pytest.fail(f"no line from {' '.join(proc.args[-4:])} in 30 s (exit {proc.wait()}): "
+                    f"{proc.stderr.read()}")
+
+
 def test_get_watch_prints_every_column(kube: Kube, widgets: str, kubectl) -> None:
     name = unique_name("ww")
     r = kube.request("POST", widgets, json={"apiVersion": "contract.tpujob.dev/v1",
@@ -54,14 +64,15 @@ def test_get_watch_prints_every_column(kube: Kube, widgets: str, kubectl) -> Non
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     lines = _lines(watch)
     try:
-        assert lines.get(timeout=30).split() == ["NAME", "SIZE", "REPLICAS", "PHASE", "READY", "AGE"]
-        assert lines.get(timeout=30).split()[:3] == [name, "large-4", "2"]
+        assert _next(lines, watch).split() == ["NAME", "SIZE", "REPLICAS", "PHASE", "READY",
+                                               "AGE"]
+        assert _next(lines, watch).split()[:3] == [name, "large-4", "2"]
         for phase in ("Running", "Done"):
             r = kube.request("PATCH", f"{widgets}/{name}/status", json={"status": {
                 "phase": phase, "conditions": [{"type": "Ready", "status": "True"}]}},
                 headers={"Content-Type": "application/merge-patch+json"})
             assert r.status_code == 200, r.text
-            row = lines.get(timeout=30).split()
+            row = _next(lines, watch).split()
             assert row[:5] == [name, "large-4", "2", phase, "True"], row
     finally:
         watch.kill()
