@@ -64,6 +64,8 @@ def test_jobset_webhooks_are_sent_by_url_to_loopback_with_the_local_ca():
                                                    "Q0E=")
     assert [d["kind"] for d in docs] == ["MutatingWebhookConfiguration",
                                          "ValidatingWebhookConfiguration"]
+    assert [[h["name"] for h in d["webhooks"]] for d in docs] == [
+        ["mjobset.kb.io", "mpod.kb.io"], ["vjobset.kb.io", "vpod.kb.io"]]
     hooks = [h for d in docs for h in d["webhooks"]]
     assert len(hooks) == 4
     assert {h["clientConfig"]["url"] for h in hooks} == {
