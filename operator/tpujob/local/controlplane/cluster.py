@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import base64
 import logging
+import os
 import shutil
 import subprocess
 import time
@@ -59,7 +60,8 @@ class RealControlPlane:
         self.components: list[Component] = []
         self.pki: Pki | None = None
         self.ports: components.Ports | None = None
-        self.admin_kubeconfig = self.root / "admin.kubeconfig"
+        self.admin_kubeconfig = self.root / "admin.kubeconfig"   # written by start()
+        self.kubelet_kubeconfig = self.root / "kubelet.kubeconfig"
         self.operator_kubeconfig = self.root / "operator.kubeconfig"
         self.timings: dict[str, float] = {}
         self._api: KubeApi | None = None
@@ -104,9 +106,14 @@ class RealControlPlane:
         apiserver = self._run("kube-apiserver", [str(programs["kube-apiserver"]),
                                                  *components.build_apiserver_args(pki, ports)],
                               logs)
-        cert, key = pki.client("admin")
-        write_kubeconfig(self.admin_kubeconfig, self.url, user={
-            "client-certificate": str(cert), "client-key": str(key)}, ca_file=pki.ca)
+        # One kubeconfig per client identity (pki.CLIENTS names who each one is).
+        kubeconfigs = {}
+        for name in ("admin", "controller-manager", "scheduler", "jobset", "kueue", "kubelet"):
+            cert, key = pki.client(name)
+            kubeconfigs[name] = write_kubeconfig(
+                self.root / f"{name}.kubeconfig", self.url,
+                user={"client-certificate": str(cert), "client-key": str(key)}, ca_file=pki.ca)
+        self.kubelet_kubeconfig = kubeconfigs["kubelet"]
         self._api = KubeApi(self.admin_kubeconfig)
         session = self.api.session
         apiserver.wait_ready(lambda: session.get(self.url + "/readyz", timeout=2,
@@ -114,13 +121,6 @@ class RealControlPlane:
                              START_TIMEOUT_S)
         self._mark("kube-apiserver", t0)
 
-        kubeconfigs = {}
-        for name in ("controller-manager", "scheduler", "jobset", "kueue", "kubelet"):
-            cert, key = pki.client(name)
-            kubeconfigs[name] = write_kubeconfig(
-                self.root / f"{name}.kubeconfig", self.url,
-                user={"client-certificate": str(cert), "client-key": str(key)}, ca_file=pki.ca)
-        self.kubelet_kubeconfig = kubeconfigs["kubelet"]
         kcm = self._run("kube-controller-manager", [
             str(programs["kube-controller-manager"]),
             *components.build_controller_manager_args(pki, kubeconfigs["controller-manager"])],
@@ -129,26 +129,18 @@ class RealControlPlane:
                                      *components.build_scheduler_args(kubeconfigs["scheduler"])],
                   logs)
         # JobSet: its CRD (the release it is built from), its webhooks, the controller.
-        for path in bundled_crd_paths():
-            for doc in yaml.safe_load_all(path.read_text()):
-                if doc and doc.get("kind") == "CustomResourceDefinition":
-                    self._create(CRDS, None, doc)
+        self._create_crds(bundled_crd_paths())
         # Its controller gives up on a kind not served yet and looks again only 10 s later.
         self._wait_until_served(JOBSETS)
-        cert_dir = pki.folder / "jobset-webhook"
-        cert_dir.mkdir(exist_ok=True)
-        serving_cert, serving_key = pki.serving("webhooks")
-        shutil.copy(serving_cert, cert_dir / "tls.crt")
-        shutil.copy(serving_key, cert_dir / "tls.key")
+        self._place_webhook_cert(pki.folder / "jobset-webhook")
         config = self.root / "jobset-config.yaml"
         config.write_text(components.build_jobset_config(pki, ports))
         jobset = self._run("jobset-controller", [
             str(programs["jobset"]), *components.build_jobset_args(config, kubeconfigs["jobset"])],
             logs)
         ca_bundle = base64.b64encode(pki.ca.read_bytes()).decode()
-        for doc in components.build_webhook_configurations(
-                "jobset", components.JOBSET_WEBHOOKS, ports.jobset_webhook, ca_bundle):
-            self._create(WEBHOOKS[doc["kind"].removesuffix("WebhookConfiguration")], None, doc)
+        self._create_webhooks(components.build_webhook_configurations(
+            "jobset", components.JOBSET_WEBHOOKS, ports.jobset_webhook, ca_bundle))
         jobset.wait_ready(lambda: is_tls_listening(ports.jobset_webhook), START_TIMEOUT_S)
         self._mark("jobset controller", t0)
         self._start_kueue(programs["kueue"], kubeconfigs, ca_bundle, logs)
@@ -188,34 +180,42 @@ class RealControlPlane:
                      logs: Path) -> None:
         """Kueue: its CRDs, the controller, and its webhooks (JobSet's and its own kinds')."""
         assert self.pki is not None and self.ports is not None
-        for path in sorted(build.shared("kueue", "bases").glob("*.yaml")):
-            for doc in yaml.safe_load_all(path.read_text()):
-                if doc and doc.get("kind") == "CustomResourceDefinition":
-                    self._create(CRDS, None, doc)
+        self._create_crds(sorted(build.shared("kueue", "bases").glob("*.yaml")))
         for resource in KUEUE_KINDS:
             self._wait_until_served(resource)
-        cert_dir = self.pki.folder / "kueue-webhook"
-        cert_dir.mkdir(exist_ok=True)
-        serving_cert, serving_key = self.pki.serving("webhooks")
-        shutil.copy(serving_cert, cert_dir / "tls.crt")
-        shutil.copy(serving_key, cert_dir / "tls.key")
+        self._place_webhook_cert(self.pki.folder / "kueue-webhook")
         config = self.root / "kueue-config.yaml"
         config.write_text(components.build_kueue_config(self.pki, self.ports))
         upper, work = self.root / "kueue-etc" / "upper", self.root / "kueue-etc" / "work"
-        certs = upper / components.KUEUE_METRICS_CERTS
-        certs.mkdir(parents=True, exist_ok=True)
+        self._place_webhook_cert(upper / components.KUEUE_METRICS_CERTS)
         work.mkdir(parents=True, exist_ok=True)
-        shutil.copy(serving_cert, certs / "tls.crt")
-        shutil.copy(serving_key, certs / "tls.key")
         kueue = self._run("kueue", components.build_etc_overlay_argv(
             [str(program), *components.build_kueue_args(config, kubeconfigs["kueue"])],
             upper, work), logs)
         manifests = [d for d in yaml.safe_load_all(
             build.shared("kueue", "manifests.yaml").read_text()) if d]
-        for doc in components.build_kueue_webhooks(manifests, self.ports.kueue_webhook,
-                                                   ca_bundle):
-            self._create(WEBHOOKS[doc["kind"].removesuffix("WebhookConfiguration")], None, doc)
+        self._create_webhooks(components.build_kueue_webhooks(
+            manifests, self.ports.kueue_webhook, ca_bundle))
         kueue.wait_ready(lambda: is_tls_listening(self.ports.kueue_webhook), START_TIMEOUT_S)
+
+    def _create_crds(self, paths: list[Path]) -> None:
+        for path in paths:
+            for doc in yaml.safe_load_all(path.read_text()):
+                if doc and doc.get("kind") == "CustomResourceDefinition":
+                    self._create(CRDS, None, doc)
+
+    def _create_webhooks(self, configurations: list[dict]) -> None:
+        for doc in configurations:
+            self._create(WEBHOOKS[doc["kind"].removesuffix("WebhookConfiguration")], None, doc)
+
+    def _place_webhook_cert(self, folder: Path) -> None:
+        """The local CA's serving certificate for 127.0.0.1 as `tls.crt` and `tls.key` in
+        `folder`, where controller-runtime programs read theirs."""
+        assert self.pki is not None
+        folder.mkdir(parents=True, exist_ok=True)
+        cert, key = self.pki.serving("webhooks")
+        shutil.copy(cert, folder / "tls.crt")
+        shutil.copy(key, folder / "tls.key")
 
     def _wait_until_served(self, resource: Resource) -> None:
         """A custom resource is served once discovery names it (what controllers map kinds
@@ -274,7 +274,6 @@ class RealControlPlane:
 
 def _helm_env(root: Path) -> dict[str, str]:
     """Helm's caches and config under the work directory, not the user's home."""
-    import os
     env = {k: v for k, v in os.environ.items() if not k.startswith("HELM_")}
     for key, sub in (("HELM_CACHE_HOME", "cache"), ("HELM_CONFIG_HOME", "config"),
                      ("HELM_DATA_HOME", "data")):

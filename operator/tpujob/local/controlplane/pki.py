@@ -50,10 +50,6 @@ class Pki:
         return self.folder / "ca.crt"
 
     @property
-    def ca_key(self) -> Path:
-        return self.folder / "ca.key"
-
-    @property
     def sa_key(self) -> Path:
         return self.folder / "sa.key"
 
@@ -80,13 +76,10 @@ def build_pki(folder: Path) -> Pki:
           .not_valid_before(now).not_valid_after(now + _VALID)
           .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
           .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), False)
-          .add_extension(x509.KeyUsage(digital_signature=True, key_cert_sign=True, crl_sign=True,
-                                       content_commitment=False, key_encipherment=False,
-                                       data_encipherment=False, key_agreement=False,
-                                       encipher_only=False, decipher_only=False), critical=True)
+          .add_extension(_key_usage(signs_certificates=True), critical=True)
           .sign(ca_key, hashes.SHA256()))
     _write(pki.ca, ca.public_bytes(serialization.Encoding.PEM))
-    _write(pki.ca_key, _key_pem(ca_key))
+    # The CA's key stays in memory: nothing here signs after this function.
 
     def issue(path_pair: tuple[Path, Path], subject: x509.Name, usage, names=()) -> None:
         key = ec.generate_private_key(ec.SECP256R1())
@@ -101,11 +94,7 @@ def build_pki(folder: Path) -> Pki:
                        ca_key.public_key()), False)
                    .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()),
                                   False)
-                   .add_extension(x509.KeyUsage(digital_signature=True, key_encipherment=False,
-                                                content_commitment=False, data_encipherment=False,
-                                                key_agreement=False, key_cert_sign=False,
-                                                crl_sign=False, encipher_only=False,
-                                                decipher_only=False), True))
+                   .add_extension(_key_usage(signs_certificates=False), True))
         if names:
             builder = builder.add_extension(x509.SubjectAlternativeName(list(names)), False)
         cert = builder.sign(ca_key, hashes.SHA256())
@@ -129,6 +118,14 @@ def build_pki(folder: Path) -> Pki:
     _write(pki.sa_pub, sa_key.public_key().public_bytes(
         serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo))
     return pki
+
+
+def _key_usage(signs_certificates: bool) -> x509.KeyUsage:
+    """Digital signatures (ECDSA keys sign TLS handshakes), and certificates for the CA."""
+    return x509.KeyUsage(digital_signature=True, key_cert_sign=signs_certificates,
+                         crl_sign=signs_certificates, content_commitment=False,
+                         key_encipherment=False, data_encipherment=False, key_agreement=False,
+                         encipher_only=False, decipher_only=False)
 
 
 def _key_pem(key) -> bytes:

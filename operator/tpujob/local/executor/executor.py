@@ -242,9 +242,7 @@ class Executor:
         jobs, _ = self.api.list(JOBS, self.namespace, keys.JOBSET_NAME)
         pods, _ = self.api.list(PODS, self.namespace, keys.CONTROLLER_UID_LABEL)
         jobset_uids = {uid(js) for js in jobsets}
-        for js in jobsets:
-            if is_dns_enabled(default_jobset(js)):
-                self.network.add_domain(namespace(js), subdomain(default_jobset(js)))
+        self._publish_domains(jobsets)
         managed = [j for j in jobs if controller_uid(j) in jobset_uids and not is_deleting(j)]
         managed_uids = {uid(j) for j in managed}
         job_uids = {uid(j) for j in jobs}
@@ -278,6 +276,12 @@ class Executor:
                 next_due = 0.05
         return next_due
 
+    def _publish_domains(self, jobsets: list[dict[str, Any]]) -> None:
+        """The pod DNS names of each JobSet's headless Service (its subdomain)."""
+        for js in jobsets:
+            if is_dns_enabled(default_jobset(js)):
+                self.network.add_domain(namespace(js), subdomain(default_jobset(js)))
+
     def _run_pods(self, node_pods: list[dict[str, Any]], by_uid: dict[str, dict[str, Any]],
                   now: float) -> float:
         """The kubelet's part: reap, stop and start processes, then write each pod's status
@@ -304,9 +308,7 @@ class Executor:
         controllers): make the pools pending pods need, run the pods bound to them, and end
         the graceful deletion of pods whose processes have stopped."""
         assert self.pools is not None
-        for js in self.api.list(JOBSETS, self.namespace)[0]:
-            if is_dns_enabled(default_jobset(js)):
-                self.network.add_domain(namespace(js), subdomain(default_jobset(js)))
+        self._publish_domains(self.api.list(JOBSETS, self.namespace)[0])
         pods, _ = self.api.list(PODS, self.namespace)
         self.pools.sync(pods)
         mine = self.pools.names()

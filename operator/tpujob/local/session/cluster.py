@@ -30,11 +30,11 @@ from tpujob.local.session.gcs import GcsEmulator, bucket_of
 from tpujob.local.session.manifests import apply_documents
 
 log = logging.getLogger("tpujob.local")
+TPUJOBS = Resource(GROUP, VERSION, PLURAL)
 
 
 class StartError(RuntimeError):
     """A piece of local mode could not be started; the message says which and why."""
-TPUJOBS = Resource(GROUP, VERSION, PLURAL)
 
 # The operator reads progress every second here (15 s in a cluster): a person is watching.
 LOCAL_OPERATOR = OperatorSettings(http_host="127.0.0.1", http_port=None, progress_interval_s=1.0,
