@@ -23,9 +23,19 @@ PODS = Resource("", "v1", "pods")
 
 
 def _environ(pid: int) -> dict[str, str]:
+    """The process's environment. Empty while the kernel is between loading a new program and
+    laying out its stack (the exec is past its close-on-exec step, which is what lets the
+    parent's Popen return, before the environment is in place), and for a process that ended."""
     with open(f"/proc/{pid}/environ", "rb") as f:
         pairs = [item.split(b"=", 1) for item in f.read().split(b"\0") if b"=" in item]
     return {k.decode(): v.decode(errors="replace") for k, v in pairs}
+
+
+def _environ_in_place(pid: int) -> dict[str, str]:
+    """The environment once the exec has laid it out (a container's environment is never
+    empty: the kubelet sets HOSTNAME and the rest)."""
+    return wait_for(lambda: _environ(pid), timeout=30,
+                    message=f"process {pid}'s environment in place")
 
 
 def test_secret_values_reach_the_trainer_and_nothing_else(local, caplog):
@@ -53,7 +63,7 @@ def test_secret_values_reach_the_trainer_and_nothing_else(local, caplog):
     processes = wait_for(lambda: len(local.processes(name)) == 2 and local.processes(name),
                          timeout=60, message="both trainer processes")
     for process in processes:
-        env = _environ(process["pid"])
+        env = _environ_in_place(process["pid"])
         assert (env.get("WANDB_API_KEY"), env.get("HF_TOKEN")) == (wandb_key, hf_token)
     job = local.wait_phase(name, "Succeeded", "Failed", timeout=180)
     assert job["status"]["phase"] == "Succeeded", job["status"]
