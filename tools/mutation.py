@@ -48,8 +48,12 @@ BUILDER_TESTS = ["tests/builders/test_builder_pins.py", "tests/builders/test_job
 VALIDATION_TESTS = ["tests/builders/test_validation_pins.py", "tests/builders/test_validation.py",
                     "tests/builders/test_foreign_preflight.py",
                     "tests/builders/test_config_error_field_unit.py",
-                    "tests/controller/test_admission.py", "tests/hostile/test_hostile_jobs.py"]
-CONFIG_TESTS = ["tests/trainer/test_config_fields.py", "tests/trainer/test_config.py"]
+                    "tests/controller/test_admission.py", "tests/hostile/test_hostile_jobs.py",
+                    "tests/builders/test_job_file_fields.py"]
+CONFIG_TESTS = ["tests/trainer/test_config_fields.py", "tests/trainer/test_config.py",
+                "tests/builders/test_job_file_fields.py"]
+API_TESTS = ["tests/api/test_spec_models.py", "tests/api/test_status_models.py",
+             "tests/api/test_crd.py", "tests/builders/test_job_file_fields.py"]
 # Module -> the tests that cover it (pytest arguments, relative to the repository root).
 MODULES: dict[str, list[str]] = {
     "trainer/tpujob_plan/catalog.py": PLAN_TESTS,
@@ -68,6 +72,13 @@ MODULES: dict[str, list[str]] = {
     "operator/tpujob/builders/trainer_config.py": BUILDER_TESTS,
     "operator/tpujob/builders/wiring.py": BUILDER_TESTS + ["tests/executor/test_podenv_unit.py"],
     "operator/tpujob/validation.py": VALIDATION_TESTS,
+    "operator/tpujob/api/base.py": API_TESTS,
+    "operator/tpujob/api/resource.py": API_TESTS,
+    "operator/tpujob/planning.py": ["tests/builders/test_job_file_fields.py",
+                                    "tests/plan/test_layers.py"],
+    "operator/tpujob/local/session/run.py": ["tests/builders/test_job_file_fields.py"],
+    "operator/tpujob/local/session/manifests.py": ["tests/builders/test_job_file_fields.py",
+                                                   "tests/e2e/test_display_unit.py"],
     "operator/tpujob/controller/decide.py": ["tests/controller/test_decide.py",
                                              "tests/controller/test_decide_status.py",
                                              "tests/controller/test_goodput_wiring.py"],
@@ -93,7 +104,7 @@ MODULES: dict[str, list[str]] = {
                                                     "tests/apiserver/test_store_unit.py"],
     **{f"trainer/tpujob_trainer/config/{name}.py": CONFIG_TESTS for name in (
         "root", "train", "model", "optimizer", "mesh", "data", "checkpoint", "metrics",
-        "compile_cache")},
+        "compile_cache", "keys")},
     # The fast fakes first (-x: a mutant they kill costs no training), then real training.
     "trainer/tpujob_trainer/loop.py": ["tests/trainer/test_loop_steps.py",
                                        "tests/trainer/test_loss_check.py",

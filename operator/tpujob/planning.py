@@ -9,6 +9,7 @@ import math
 import re
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import yaml
 from pydantic import ValidationError
@@ -212,11 +213,24 @@ def load_model(ref: str) -> tuple[ModelShape, str, int | None, int | None]:
     try:
         config = ModelConfig.model_validate(section)
     except ValidationError as err:
-        problems = "; ".join(
-            f"{prefix}{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in err.errors())
+        problems = "; ".join(_describe_model_error(e, prefix) for e in err.errors())
         raise PlanError(f"{ref}: {problems}", field="--model") from None
     train = doc.get("train") if isinstance(doc.get("train"), dict) else {}
     return config.to_shape(), path.name, train.get("global_batch"), train.get("seq_len")
+
+
+def _describe_model_error(error: Any, prefix: str) -> str:
+    """`model.d_modle: unknown key; did you mean model.d_model? ...` or pydantic's message."""
+    from tpujob_trainer.config.keys import keys_taken, unknown_key_message
+    from tpujob_trainer.config.model import ModelConfig
+
+    where = f"{prefix}{'.'.join(str(p) for p in error['loc'])}"
+    if error["type"] != "extra_forbidden":
+        return f"{where}: {error['msg']}"
+    parent = error["loc"][:-1]
+    return f"{where}: " + unknown_key_message(
+        str(error["loc"][-1]), keys_taken(ModelConfig, parent),
+        f"{prefix}{'.'.join(map(str, parent))}".rstrip("."))
 
 
 def shape_for_params(text: str) -> ModelShape:

@@ -2,7 +2,8 @@
 TPU is spent. Pure: a parsed job in, a verdict out (the first problem, with the field it names
 and what would be valid), so the operator, the admission webhook and `tpujob render` agree.
 
-Order: the object's own schema (apiVersion, kind, metadata, spec), no literal value for an env
+Order: the object's own schema (apiVersion, kind, metadata, spec: `validate_fields`, which
+readers of job files run alone before creating anything), no literal value for an env
 variable whose name says it holds a credential, the job's name (a DNS label), then the slice (and whether the name leaves room for its pods' host names), the mesh against
 the slice's topology, the trainer config (the trainer's own schema, with the job's settings laid
 over it), and the model's memory against the slice's HBM.
@@ -55,8 +56,11 @@ class Verdict:
         return cls(False, reason=reason, field=field, message=f"{field}: {message}", **kw)
 
 
-def validate_job(obj: dict[str, Any]) -> Verdict:
-    """Validate a TpuTrainingJob object as read from YAML or the API server."""
+def validate_fields(obj: Mapping[str, Any]) -> Verdict:
+    """The object against its own schema alone: unknown or misspelt fields, wrong types, values
+    out of range. The first step of `validate_job`, and what every reader of a job file runs
+    before it creates anything: an API server prunes an unknown field it is not told to refuse,
+    so after `create` a misspelt field would be gone without a word."""
     if isinstance(obj, Mapping) and not isinstance(obj.get("metadata", {}), Mapping):
         return Verdict.refuse("InvalidSpec", "metadata",
                               "must be a mapping holding at least the job's name "
@@ -67,6 +71,15 @@ def validate_job(obj: dict[str, Any]) -> Verdict:
         first = err.problems[0]
         field = first.split(":", 1)[0].strip() if ":" in first else "spec"
         return Verdict(False, reason="InvalidSpec", field=field, message="; ".join(err.problems))
+    return Verdict(True, job=job, checked="fields checked")
+
+
+def validate_job(obj: dict[str, Any]) -> Verdict:
+    """Validate a TpuTrainingJob object as read from YAML or the API server."""
+    fields = validate_fields(obj)
+    if not fields.valid or fields.job is None:
+        return fields
+    job = fields.job
     for i, env in enumerate(job.spec.env):
         if env.value is not None and CREDENTIAL_ENV.search(env.name):
             return Verdict.refuse(

@@ -62,8 +62,12 @@ def test_names_resolve(name, canonical, topology, chips, devices):
 @pytest.mark.parametrize(
     "name, says",
     [
-        ("v6e-12", ["no slice of 12 TensorCores", "nearest: v6e-8 or v6e-16",
+        # The size's unit as the docs give it: chips on v5e and v6e (one TensorCore a chip),
+        # TensorCores where a chip has two.
+        ("v6e-12", ["no slice of 12 chips", "nearest: v6e-8 or v6e-16",
                     "Valid v6e sizes: v6e-1, v6e-4, v6e-8, v6e-16"]),
+        ("v5e-12", ["no slice of 12 chips"]),
+        ("v5p-12", ["no slice of 12 TensorCores", "nearest: v5p-8 or v5p-16"]),
         ("v5p-7", ["counts TensorCores, 2 per chip", "Valid v5p sizes: v5p-8"]),
         ("tpu7x-3", ["multiple of 2", "Valid tpu7x sizes: tpu7x-2, tpu7x-8"]),
         ("v9-8", ["unknown TPU generation 'v9'", "v6e", "tpu7x", "v5e"]),
@@ -71,7 +75,8 @@ def test_names_resolve(name, canonical, topology, chips, devices):
         ("", ["empty"]),
         ("   ", ["empty"]),
         ("v6e", ["has no size"]),
-        ("v6e-abc", ["malformed size 'abc'"]),
+        ("v6e-abc", ["malformed size 'abc'; expected a number of chips"]),
+        ("v5p-abc", ["expected a number of TensorCores"]),
         ("v5p-99999999999999999999", ["the largest is v5p-17920"]),
         ("v5p-1000000", ["the largest is v5p-17920"]),
         ("v6e-512", ["the largest is v6e-256"]),

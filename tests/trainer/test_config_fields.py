@@ -249,7 +249,8 @@ def test_the_error_text_counts_its_problems_and_lists_each_on_its_own_line():
     assert str(two) == "invalid trainer config (2 problems):\n  - a: x\n  - b: y"
     assert _problems({"train": {"steps": 0, "stepz": 1}}) == [
         "train.steps: Input should be greater than or equal to 1 (got 0)",
-        "train.stepz: unknown key"]
+        "train.stepz: unknown key; did you mean train.steps? train takes: steps, global_batch, "
+        "seq_len, grad_accum, seed"]
 
 
 def test_loading_from_a_file_or_from_nothing(tmp_path):

@@ -81,10 +81,16 @@ def resolve_slice(name: str, *, field: str = "slice") -> SliceType:
     if _TOPOLOGY.match(size):
         return _resolve_topology(text, generation, size, field)
     raise PlanError(f"slice name {text!r} has a malformed size {size!r}; expected a number of "
-                    f"TensorCores or a topology like "
+                    f"{size_unit(generation)} or a topology like "
                     f"{'4x4x4' if generation.topology_rank == 3 else '4x4'}. "
                     f"{_valid_sizes_sentence(generation)}", field=field,
                     valid=valid_size_names(generation))
+
+
+def size_unit(generation: Generation) -> str:
+    """What the N of `<prefix>-N` counts, in the docs' words: TensorCores, or chips where a
+    chip has one TensorCore (v5e, v6e)."""
+    return "TensorCores" if generation.tensorcores_per_chip > 1 else "chips"
 
 
 def _resolve_count(text: str, generation: Generation, size: str, field: str) -> SliceType:
@@ -94,7 +100,7 @@ def _resolve_count(text: str, generation: Generation, size: str, field: str) -> 
     counts = sorted(c * tc for c in defaults)
     if count is not None and count % tc == 0 and count // tc in defaults:
         return SliceType(generation, defaults[count // tc])
-    why = f"{generation.prefix} has no slice of {size} TensorCores"
+    why = f"{generation.prefix} has no slice of {size} {size_unit(generation)}"
     if count is not None and count % tc:
         why += (f" (the N in {generation.prefix}-N counts TensorCores, {tc} per chip, "
                 f"so N is a multiple of {tc})")

@@ -20,6 +20,8 @@ from pydantic import (
 )
 from pydantic.alias_generators import to_camel
 
+from tpujob_trainer.config.keys import keys_taken, unknown_key_message
+
 
 class ApiModel(BaseModel):
     """Base of every API model: frozen, strict about unknown keys, camelCase aliases."""
@@ -112,14 +114,20 @@ def format_error_location(loc: tuple[int | str, ...], prefix: str = "") -> str:
     return path
 
 
-def format_errors(error: ValidationError, prefix: str = "") -> list[str]:
-    """One line per problem, each starting with the field path as written in YAML."""
+def format_errors(error: ValidationError, prefix: str = "",
+                  model: type[BaseModel] | None = None) -> list[str]:
+    """One line per problem, each starting with the field path as written in YAML; an unknown
+    field (of `model`, the type validated) with what it was probably meant to be."""
     lines = []
     for item in error.errors():
         # Pydantic puts the validated value's type tags (e.g. "function-after[...]") into the
         # location of annotated types; they mean nothing to a user writing YAML.
         loc = tuple(p for p in item["loc"] if not (isinstance(p, str) and "[" in p))
         message = item["msg"].removeprefix("Value error, ")
+        if item["type"] == "extra_forbidden" and model is not None and loc:
+            message = unknown_key_message(
+                str(loc[-1]), keys_taken(model, loc[:-1], by_alias=True),
+                format_error_location(loc[:-1], prefix), noun="field")
         where = format_error_location(loc, prefix) or "(top level)"
         lines.append(f"{where}: {message}")
     return lines

@@ -79,7 +79,7 @@ def load_job(obj: Mapping[str, Any]) -> TpuTrainingJob:
     try:
         return TpuTrainingJob.model_validate(_plain(obj))
     except ValidationError as err:
-        raise InvalidJobError(format_errors(err)) from None
+        raise InvalidJobError(format_errors(err, model=TpuTrainingJob)) from None
 
 
 def load_spec(spec: Mapping[str, Any]) -> TpuTrainingJobSpec:
@@ -87,4 +87,5 @@ def load_spec(spec: Mapping[str, Any]) -> TpuTrainingJobSpec:
     try:
         return TpuTrainingJobSpec.model_validate(_plain(spec))
     except ValidationError as err:
-        raise InvalidJobError(format_errors(err, prefix="spec")) from None
+        raise InvalidJobError(format_errors(err, prefix="spec",
+                                            model=TpuTrainingJobSpec)) from None

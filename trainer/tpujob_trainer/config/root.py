@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from tpujob_trainer.config.checkpoint import CheckpointConfig
 from tpujob_trainer.config.compile_cache import CompileCacheConfig
 from tpujob_trainer.config.data import DataConfig
+from tpujob_trainer.config.keys import keys_taken, unknown_key_message
 from tpujob_trainer.config.mesh import MeshConfig
 from tpujob_trainer.config.metrics import MetricsConfig
 from tpujob_trainer.config.model import ModelConfig
@@ -62,7 +63,7 @@ class TrainerConfig(BaseModel):
         try:
             return cls.model_validate(merged)
         except ValidationError as e:
-            raise ConfigError(_describe(e)) from None
+            raise ConfigError(_describe(e, cls)) from None
 
     @classmethod
     def load(cls, path: str | Path | None, overrides: list[str] | tuple[str, ...] = ()) -> TrainerConfig:
@@ -118,13 +119,15 @@ def _apply_override(d: dict[str, Any], override: str) -> str | None:
     return None
 
 
-def _describe(e: ValidationError) -> list[str]:
+def _describe(e: ValidationError, model: type[BaseModel]) -> list[str]:
     problems = []
     for err in e.errors():
         loc = ".".join(str(p) for p in err["loc"])
         msg = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
-            problems.append(f"{loc}: unknown key")
+            where = err["loc"][:-1]
+            problems.append(f"{loc}: " + unknown_key_message(
+                str(err["loc"][-1]), keys_taken(model, where), ".".join(map(str, where))))
         elif err["type"] == "missing":
             problems.append(f"{loc}: required")
         else:

@@ -1,7 +1,7 @@
 """Reading a YAML file of Kubernetes objects and creating them through the API, as
 `kubectl apply -f FILE` does on a fresh cluster: every kind the server serves (found through
 discovery), the default namespace where a namespaced object names none, missing namespaces
-created first."""
+created first, unknown fields refused (strict field validation)."""
 
 from __future__ import annotations
 
@@ -107,7 +107,10 @@ def apply_documents(api: KubeApi, documents: list[dict[str, Any]]) -> list[dict[
         else:
             body["metadata"].pop("namespace", None)
         try:
-            created.append(api.create(kind.resource, namespace, body))
+            # Strict, as `kubectl apply` asks by default: an unknown field is refused, where
+            # the server's default would prune it with only a warning.
+            created.append(api.request("POST", kind.resource.path(namespace), body,
+                                       fieldValidation="Strict"))
         except ApiError as err:
             raise ApplyError(body, err) from None
     return created

@@ -142,6 +142,10 @@ def run_file(path: str | Path, options: RunOptions = RunOptions(), *,
     if not jobs:
         err.write(f"tpujob local run: {path} holds no TpuTrainingJob\n")
         return EXIT_USAGE
+    if refusals := _refuse_fields(jobs):
+        for line in refusals:
+            err.write(f"tpujob local run: {line}\n")
+        return EXIT_FAILED
     with _workdir(options, err) as workdir, \
             _log_to_file(workdir / "operator.log" if log_file else None):
         display = Display(out=out, live=live)
@@ -176,6 +180,19 @@ def run_file(path: str | Path, options: RunOptions = RunOptions(), *,
             display.message(f"Logs: {workdir}/pods/<namespace>/<pod>/containers/<container>/"
                             "<restart>.log; the emulated bucket: " f"{workdir}/gcs")
         return code
+
+
+def _refuse_fields(jobs: list[dict[str, Any]]) -> list[str]:
+    """`name: reason: message` for each job whose fields `tpujob render` would refuse (an
+    unknown field above all: the API server would prune it, and the job run without it)."""
+    from tpujob.validation import validate_fields
+
+    lines = []
+    for job in jobs:
+        verdict = validate_fields(job)
+        if not verdict.valid:
+            lines.append(f"{job['metadata']['name']}: {verdict.reason}: {verdict.message}")
+    return lines
 
 
 def _follow(cluster: LocalCluster, keys: list[tuple[str, str]], display: Display,
