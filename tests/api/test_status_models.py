@@ -40,9 +40,10 @@ def sample_status() -> TpuTrainingJobStatus:
         progress=Progress(step=120, total_steps=1000, loss=2.75, step_time_seconds=0.5,
                           tokens_per_second_per_device=8192.0, tflops_per_device=410.5,
                           mfu=0.447, last_checkpoint_step=100, last_update_time=T0,
-                          display=display_of(2.75, 8192.0, 0.447)),
+                          display=display_of(2.75, 8192.0, 0.447, 410.5)),
         failure=Failure(reason=FailureReason.PREEMPTED, message="node pool upgraded"),
-        goodput=Goodput(percent=91.5, productive_seconds=915.0, wall_seconds=1000.0,
+        goodput=Goodput(percent=91.5, display="91.5%", productive_seconds=915.0,
+                        wall_seconds=1000.0,
                         badput=Badput(program_startup=40.0, other=45.0)),
         start_time=T0)
 
@@ -131,3 +132,17 @@ def test_build_conditions_moves_transition_time_when_status_changes():
     assert out[1].status == ConditionStatus.FALSE
     assert find_condition(out, "Running") is out[1]
     assert find_condition(out, "Stalled") is None
+
+
+@pytest.mark.parametrize("tflops, shown", [
+    (0.010008215474622838, "0.0100"), (197.3456, "197"), (41.04, "41.0"), (5.4321, "5.43"),
+    (1234.5, "1234"), (0.0, "0"), (None, None)])
+def test_tflops_print_with_three_significant_digits(tflops, shown):
+    assert display_of(2.0, 100.0, None, tflops).tflops_per_device == shown
+
+
+def test_mfu_prints_only_against_a_known_peak():
+    assert display_of(2.0, 100.0, 0.447, 410.5).mfu == "44.7%"
+    assert display_of(2.0, 100.0, 2.2e-05, 0.02).mfu == "0.0022%"
+    # No peak (a CPU, or a trainer that does not say): a dash, not a figure.
+    assert display_of(2.0, 100.0, None, 0.02).mfu == "-"

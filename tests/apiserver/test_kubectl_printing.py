@@ -4,6 +4,7 @@ first list, and pods, jobs and events have the columns kube-apiserver gives them
 from __future__ import annotations
 
 import queue
+import re
 import shutil
 import subprocess
 import threading
@@ -12,6 +13,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
+
 from tests.support.apiserver import Kube, unique_name
 
 pytestmark = [pytest.mark.integration,
@@ -177,6 +179,23 @@ def test_strict_validation_names_the_unknown_field_first(kube: Kube, widgets: st
     assert warned.returncode == 1 and "spec.size: Required value" in warned.stderr
 
 
+def _goodput(productive: float) -> dict:
+    """status.goodput as the operator writes it: 100.123456 s of wall time, `productive` s of
+    it productive."""
+    from tpujob.api.status import Phase
+    from tpujob.controller.goodput import TimelineReading, account
+
+    t0 = datetime(2026, 11, 26, 12, 0, 0, tzinfo=UTC)
+    reading = TimelineReading.from_document({
+        "attempt": "a", "step": 40, "steps": 40, "resumed_from_step": 0,
+        "seconds": {"productive": productive, "program_startup": 12.3456789},
+        "step_time_median_s": 0.123456789})
+    g = account(None, now=t0, phase_before=Phase.STARTING, phase_after=Phase.STARTING)
+    g = account(g, now=t0 + timedelta(seconds=100.123456), phase_before=Phase.RUNNING,
+                phase_after=Phase.RUNNING, reading=reading)
+    return g.to_dict()
+
+
 def test_get_tpujobs_prints_readable_progress_and_the_reason(kube: Kube, kubectl) -> None:
     import yaml
 
@@ -187,8 +206,15 @@ def test_get_tpujobs_prints_readable_progress_and_the_reason(kube: Kube, kubectl
     statuses = {
         unique_name("run"): {"phase": "Running", "restarts": 1, "progress": {
             "step": 40, "loss": 1.7577435970306396, "tokensPerSecondPerDevice": 5425.809674792159,
-            "mfu": 2.2e-05, "display": display_of(1.7577435970306396, 5425.809674792159,
-                                                  2.2e-05).to_dict()}},
+            "tflopsPerDevice": 0.010008215474622838, "mfu": 2.2e-05,
+            "display": display_of(1.7577435970306396, 5425.809674792159, 2.2e-05,
+                                  0.010008215474622838).to_dict()},
+            "goodput": _goodput(29.55)},
+        # On a CPU (local mode) the trainer has no peak: no MFU, a dash in its cell.
+        unique_name("cpu"): {"phase": "Running", "progress": {
+            "step": 7, "loss": 2.5, "tokensPerSecondPerDevice": 100.0, "tflopsPerDevice": 0.02,
+            "display": display_of(2.5, 100.0, None, 0.02).to_dict()},
+            "goodput": _goodput(4.19)},
         unique_name("bad"): {"phase": "Invalid", "failure": {
             "reason": "InvalidSlice", "message": "spec.slice: no such slice"}}}
     for name, status in statuses.items():
@@ -203,11 +229,23 @@ def test_get_tpujobs_prints_readable_progress_and_the_reason(kube: Kube, kubectl
     lines = kubectl("get", "tpujobs", *statuses).splitlines()
     assert lines[0].split() == ["NAME", "SLICE", "HOSTS", "PHASE", "STEP", "LOSS", "TOK/S/DEV",
                                 "MFU", "RESTARTS", "REASON", "GOODPUT", "AGE"]
-    running, bad = list(statuses)
+    running, cpu, bad = list(statuses)
     rows = {line.split()[0]: line.split() for line in lines[1:]}
     # Empty cells print as nothing.
-    assert rows[running][1:8] == ["v6e-8", "Running", "40", "1.758", "5426", "0.0022%", "1"]
+    assert rows[running][1:9] == ["v6e-8", "Running", "40", "1.758", "5426", "0.0022%", "1",
+                                   "29.5%"]
+    assert rows[cpu][1:9] == ["v6e-8", "Running", "7", "2.5", "100", "-", "0", "4.2%"]
     assert rows[bad][1:5] == ["v6e-8", "Invalid", "0", "InvalidSlice"]
+    wide = kubectl("get", "tpujobs", "-o", "wide", running).splitlines()
+    assert wide[0].split()[-2:] == ["SLICES", "TFLOP/S/DEV"]
+    assert wide[1].split()[-2:] == ["1", "0.0100"]
+    # describe: the goodput figures rounded, the instant accounted up to a time, no Unix seconds
+    # in e-notation.
+    described = kubectl("describe", "tpujob", running)
+    assert "Accounted Until:  2026-11-26T12:01:40.123456Z" in described
+    assert re.search(r"\n    Display: +29\.5%\n", described), described
+    assert re.search(r"\n      Program Startup: +12\.346\n", described), described
+    assert "e+0" not in described
     # Tools read full precision.
     got = kube.get(f"{path}/{running}").json()["status"]["progress"]
     assert got["loss"] == 1.7577435970306396 and got["mfu"] == 2.2e-05

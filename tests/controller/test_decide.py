@@ -271,17 +271,23 @@ def test_after_a_restart_step_shows_the_checkpoint_the_run_resumes_from():
     assert fresh.status.progress.step == 0  # nothing saved yet: nothing to resume from
 
 
-@pytest.mark.parametrize("loss, tokens, mfu, shown", [
-    (1.7577435970306396, 5425.809674792159, 2.2e-05, ("1.758", "5426", "0.0022%")),
-    (12.5, 0.4, 0.4123, ("12.5", "0", "41.2%")),
-    (0.000123456, 1e6, 0.0, ("0.0001235", "1000000", "0%")),
-    (None, None, None, (None, None, None)),
+@pytest.mark.parametrize("loss, tokens, mfu, tflops, shown", [
+    (1.7577435970306396, 5425.809674792159, 2.2e-05, 0.010008215474622838,
+     ("1.758", "5426", "0.0022%", "0.0100")),
+    (12.5, 0.4, 0.4123, 378.6, ("12.5", "0", "41.2%", "379")),
+    (0.000123456, 1e6, 0.0, 0.0, ("0.0001235", "1000000", "0%", "0")),
+    # No peak for the device (a CPU): the MFU cell is a dash, not a figure.
+    (2.5, 100.0, None, 0.02, ("2.5", "100", "-", "0.0200")),
+    (None, None, None, None, (None, None, "-", None)),
 ])
-def test_progress_display_for_kubectl(loss, tokens, mfu, shown):
-    reading = ProgressReading(step=3, loss=loss, tokens_per_s_per_device=tokens, mfu=mfu)
+def test_progress_display_for_kubectl(loss, tokens, mfu, tflops, shown):
+    reading = ProgressReading(step=3, loss=loss, tokens_per_s_per_device=tokens, mfu=mfu,
+                              tflops_per_device=tflops)
     p = decide(running_status(T0), obs(js(ready_jobs=1), progress=reading)).status.progress
-    assert (p.display.loss, p.display.tokens_per_second_per_device, p.display.mfu) == shown
-    assert (p.loss, p.tokens_per_second_per_device, p.mfu) == (loss, tokens, mfu)  # full
+    assert (p.display.loss, p.display.tokens_per_second_per_device, p.display.mfu,
+            p.display.tflops_per_device) == shown
+    assert (p.loss, p.tokens_per_second_per_device, p.mfu, p.tflops_per_device) == (
+        loss, tokens, mfu, tflops)  # full
 
 
 LOG_SPEC = {"trainer": {"command": ["python", "-m", "maxtext.train"],

@@ -137,3 +137,47 @@ def test_the_status_alone_carries_the_accounting_across_an_operator_restart():
                                  {"attempt": "x" * 65}])
 def test_what_is_not_a_timeline_is_ignored(doc):
     assert TimelineReading.from_document(doc) is None
+
+
+@pytest.mark.parametrize("productive, shown", [
+    (29.52, "29.5%"), (2.2, "2.2%"), (4.19, "4.2%"), (92.149, "92.1%"), (100.0, "100.0%"),
+    (0.0, "0.0%"), (None, "-")])
+def test_goodput_prints_as_a_percent_with_one_decimal(productive, shown):
+    # Wall time 100 s: the productive seconds are the percent.
+    doc = None if productive is None else timeline("a", step=1, steps=1, productive=productive)
+    g = run([(0, Phase.RUNNING, None, []), (100, Phase.RUNNING, doc, [])])
+    assert g.display == shown
+    assert g.percent == (None if productive is None else pytest.approx(productive, abs=0.005))
+
+
+def _numbers(value):
+    if isinstance(value, dict):
+        return [n for v in value.values() for n in _numbers(v)]
+    if isinstance(value, list):
+        return [n for v in value for n in _numbers(v)]
+    return [value] if isinstance(value, float) else []
+
+
+def test_the_status_holds_no_raw_floats_for_describe_to_print():
+    # kubectl describe prints a float as Go's %v does: 1.795681820864016e+09 for an instant in
+    # Unix seconds, every digit of 0.1234567891. The status keeps milliseconds and 0.01 points.
+    messy = timeline("a", step=7, steps=7, productive=5.123456789, compile_s=1.987654321,
+                     median=0.123456789)
+    g = run([(0, Phase.STARTING, None, []), (10.123456789, Phase.RUNNING, messy, []),
+             (21.987654321, Phase.RUNNING, messy, [])])
+    d = g.to_dict()
+    assert d["accountedUntil"] == "2026-01-01T00:00:21.987654Z"
+    numbers = _numbers(d)
+    assert len(numbers) > 10
+    assert all(round(n, 3) == n and abs(n) < 1e6 for n in numbers), numbers
+    # Read back (as an operator restarted would), it goes on from the same instant.
+    kept = Goodput.model_validate(d)
+    after = account(kept, now=at(31.987654321), phase_before=Phase.RUNNING,
+                    phase_after=Phase.RUNNING)
+    assert after.wall_seconds == pytest.approx(31.988, abs=2e-3)
+
+
+def test_a_status_written_with_unix_seconds_is_read_back():
+    kept = Goodput.model_validate({"wallSeconds": 5.0, "accountedUntil": at(5).timestamp()})
+    after = account(kept, now=at(7.5), phase_before=Phase.RUNNING, phase_after=Phase.RUNNING)
+    assert after.wall_seconds == pytest.approx(7.5)

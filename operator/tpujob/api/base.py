@@ -11,6 +11,7 @@ from typing import Annotated, Any
 from pydantic import (
     AfterValidator,
     BaseModel,
+    BeforeValidator,
     ConfigDict,
     PlainSerializer,
     SerializerFunctionWrapHandler,
@@ -58,6 +59,29 @@ Timestamp = Annotated[
     WithJsonSchema({"type": "string", "format": "date-time"}),
 ]
 """A point in time, serialized as Kubernetes serializes `metav1.Time`."""
+
+
+def _to_utc_rfc3339_micro(value: datetime) -> str:
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=UTC)
+    return value.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def _from_unix_seconds(value: Any) -> Any:
+    # Statuses written before the field was a time held Unix seconds.
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return datetime.fromtimestamp(value, UTC)
+    return value
+
+
+MicroTimestamp = Annotated[
+    datetime,
+    BeforeValidator(_from_unix_seconds),
+    PlainSerializer(_to_utc_rfc3339_micro, return_type=str, when_used="json"),
+    WithJsonSchema({"type": "string", "format": "date-time"}),
+]
+"""A point in time to the microsecond, serialized as Kubernetes serializes `metav1.MicroTime`
+(`2026-11-26T12:10:20.864016Z`)."""
 
 # The syntax of a Kubernetes resource.Quantity, as CRDs of core types state it, less the leading
 # minus: every quantity the API takes is an amount, never negative.

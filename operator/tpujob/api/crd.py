@@ -60,16 +60,16 @@ def build_printer_columns() -> list[dict[str, Any]]:
         _column("Tok/s/dev", "string", ".status.progress.display.tokensPerSecondPerDevice",
                 "Tokens per second per JAX device."),
         _column("MFU", "string", ".status.progress.display.mfu",
-                "Model FLOPs utilization, percent."),
+                "Model FLOPs utilization, percent; - where the device's peak is not known."),
         _column("Restarts", "integer", ".status.restarts", "Restarts so far."),
         _column("Reason", "string", ".status.failure.reason",
                 "Why the job failed or was refused."),
-        _column("Goodput", "number", ".status.goodput.percent",
+        _column("Goodput", "string", ".status.goodput.display",
                 "Percent of wall time that became training progress (docs/goodput.md)."),
         _column("Age", "date", ".metadata.creationTimestamp", "Time since creation."),
         _column("Slices", "integer", ".spec.slices", "Number of slices.", priority=1),
-        _column("TFLOP/s/dev", "number", ".status.progress.tflopsPerDevice",
-                "Model TFLOP/s per JAX device.", priority=1),
+        _column("TFLOP/s/dev", "string", ".status.progress.display.tflopsPerDevice",
+                "Model TFLOP/s per JAX device, 3 significant digits.", priority=1),
     ]
 
 

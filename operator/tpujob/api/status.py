@@ -3,11 +3,12 @@ conditions, the slice as planned, restarts, training progress and the reason for
 
 from __future__ import annotations
 
+import math
 from enum import StrEnum
 
 from pydantic import Field
 
-from tpujob.api.base import ApiModel, Timestamp
+from tpujob.api.base import ApiModel, MicroTimestamp, Timestamp
 
 CONDITION_TYPE_PATTERN = (
     r"^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?"
@@ -109,13 +110,25 @@ class ProgressDisplay(ApiModel):
     loss: str | None = Field(None, description="Loss to 4 significant digits.")
     tokens_per_second_per_device: str | None = Field(
         None, description="Tokens per second per device, a whole number.")
-    mfu: str | None = Field(None, description="MFU as a percent.")
+    tflops_per_device: str | None = Field(
+        None, description="Model TFLOP/s per device, 3 significant digits.")
+    mfu: str | None = Field(None, description="MFU as a percent; - where the device's peak is "
+                                              "not known (a CPU).")
 
 
-def display_of(loss: float | None, tokens_per_second: float | None, mfu: float | None
-               ) -> ProgressDisplay:
-    """`1.7577435970306396` -> `1.758`, `5425.809674792159` -> `5426`, `2.2e-05` ->
-    `0.0022%`."""
+def _significant(value: float, digits: int = 3) -> str:
+    """`0.010008215474622838` -> `0.0100`, `197.3456` -> `197`: never in e-notation."""
+    if value == 0 or not math.isfinite(value):
+        return f"{value:.0f}"
+    decimals = max(0, digits - 1 - math.floor(math.log10(abs(value))))
+    return f"{value:.{decimals}f}"
+
+
+def display_of(loss: float | None, tokens_per_second: float | None, mfu: float | None,
+               tflops: float | None = None) -> ProgressDisplay:
+    """`1.7577435970306396` -> `1.758`, `5425.809674792159` -> `5426`, `0.0100082` -> `0.0100`,
+    `2.2e-05` -> `0.0022%`; an MFU the trainer could not measure (no peak for its device)
+    -> `-`."""
     def percent(value: float) -> str:
         text = f"{value * 100:.2g}" if value * 100 < 1 else f"{value * 100:.1f}"
         if "e" in text:
@@ -125,7 +138,8 @@ def display_of(loss: float | None, tokens_per_second: float | None, mfu: float |
         loss=None if loss is None else f"{loss:.4g}",
         tokens_per_second_per_device=None if tokens_per_second is None
         else f"{tokens_per_second:.0f}",
-        mfu=None if mfu is None else percent(mfu))
+        tflops_per_device=None if tflops is None else _significant(tflops),
+        mfu="-" if mfu is None else percent(mfu))
 
 
 class Progress(ApiModel):
@@ -213,6 +227,8 @@ class Goodput(ApiModel):
 
     percent: float | None = Field(None, ge=0, le=100, description="productiveSeconds / "
                                   "wallSeconds x 100; null when productive time is not measured.")
+    display: str | None = Field(None, description="percent as `kubectl get` prints it, one "
+                                "decimal and a % sign (92.1%); - when not measured.")
     productive_seconds: float | None = Field(None, ge=0, description="Training step time that "
                                              "was kept (lost steps taken out).")
     wall_seconds: float = Field(0, ge=0, description="Time the job was starting, running or "
@@ -238,9 +254,9 @@ class Goodput(ApiModel):
                                   description="Timelines of the starts that ended, summed.")
     current: GoodputAttempt | None = Field(None, description="The newest start as last read.")
     last_update_time: Timestamp | None = Field(None, description="Time accounted up to.")
-    accounted_until: float | None = Field(None, ge=0, description="The same instant in Unix "
-                                          "seconds, to the sub-second (what the next pass "
-                                          "counts from).")
+    accounted_until: MicroTimestamp | None = Field(
+        None, description="The same instant to the microsecond (what the next pass counts "
+                          "from).")
 
 
 class Failure(ApiModel):

@@ -179,7 +179,7 @@ def _progress(prev: Progress | None, reading: ProgressReading | None, now: datet
                     last_step_time=now if moved else (prev.last_step_time if prev else None),
                     trainer_phase=reading.trainer_phase,
                     display=display_of(reading.loss, reading.tokens_per_s_per_device,
-                                       reading.mfu))
+                                       reading.mfu, reading.tflops_per_device))
 
 
 def stall_deadline(spec: TpuTrainingJobSpec, running_since: datetime,

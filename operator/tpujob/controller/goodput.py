@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from tpujob.api.status import Badput, Goodput, GoodputAttempt, Phase, TrainerSeconds
 
+_Seconds = TypeVar("_Seconds", Badput, TrainerSeconds)
 QUEUED_PHASES = {Phase.PENDING, Phase.QUEUED, Phase.SUSPENDED}
 WALL_PHASES = {Phase.STARTING, Phase.RUNNING, Phase.RESTARTING}
 TRAINER_CATEGORIES = tuple(TrainerSeconds.model_fields)
@@ -116,7 +117,7 @@ def account(prev: Goodput | None, *, now: datetime, phase_before: Phase, phase_a
     g = prev or Goodput()
     # Timestamps in the status keep whole seconds; the instant accounted up to is kept exactly
     # (Unix seconds), so short phases count and no fraction is counted twice.
-    last = g.accounted_until if g.accounted_until is not None else (
+    last = g.accounted_until.timestamp() if g.accounted_until is not None else (
         g.last_update_time.timestamp() if g.last_update_time is not None else None)
     wall, queued, recovery = g.wall_seconds, g.queued_seconds, g.recovery_seconds
     if last is not None and now.timestamp() > last:
@@ -184,22 +185,37 @@ def account(prev: Goodput | None, *, now: datetime, phase_before: Phase, phase_a
     median = current.step_time_median_seconds if current is not None else None
     deviation = ((last_step_time_s - median) / median * 100
                  if median and last_step_time_s is not None else None)
+    # Seconds to the millisecond and percents to 0.01 points: what `kubectl describe` prints,
+    # and all the precision the figures have.
     return Goodput(
-        percent=round(percent, 2) if percent is not None else None,
-        productive_seconds=round(productive, 3) if productive is not None else None,
-        wall_seconds=wall, queued_seconds=queued, recovery_seconds=recovery,
-        lost_steps=lost_steps, badput=_rounded(badput),
+        percent=_round(percent, 2), display=display_of_percent(percent),
+        productive_seconds=_round(productive),
+        wall_seconds=_round(wall), queued_seconds=_round(queued),
+        recovery_seconds=_round(recovery), lost_steps=lost_steps, badput=_rounded(badput),
         not_measured=[] if measured else list(UNMEASURED_WITHOUT_TIMELINE),
-        step_time_median_seconds=median, step_time_deviation_percent=deviation,
-        step_time_max_deviation_percent=(current.step_time_max_deviation_percent
-                                         if current is not None else None),
-        attempts=attempts, ended=ended, current=current, last_update_time=now,
-        accounted_until=now.timestamp())
+        step_time_median_seconds=_round(median), step_time_deviation_percent=_round(deviation, 2),
+        step_time_max_deviation_percent=_round(current.step_time_max_deviation_percent
+                                                if current is not None else None, 2),
+        attempts=attempts, ended=_rounded(ended),
+        current=None if current is None else current.model_copy(update={
+            "seconds": _rounded(current.seconds),
+            "step_time_median_seconds": _round(current.step_time_median_seconds),
+            "step_time_max_deviation_percent": _round(
+                current.step_time_max_deviation_percent, 2)}),
+        last_update_time=now, accounted_until=now)
 
 
-def _rounded(badput: Badput) -> Badput:
-    return Badput(**{k: round(v, 3) if v is not None else None
-                     for k, v in badput.model_dump().items()})
+def display_of_percent(percent: float | None) -> str:
+    """`92.149` -> `92.1%`, as the GOODPUT column prints it; `-` when not measured."""
+    return "-" if percent is None else f"{percent:.1f}%"
+
+
+def _round(value: float | None, digits: int = 3) -> float | None:
+    return None if value is None else round(value, digits)
+
+
+def _rounded(seconds: _Seconds) -> _Seconds:
+    return type(seconds)(**{k: _round(v) for k, v in seconds.model_dump().items()})
 
 
 def summary(goodput: Goodput | None) -> str:

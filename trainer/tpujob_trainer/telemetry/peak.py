@@ -1,5 +1,6 @@
-"""Peak TFLOP/s of one device, for MFU: the operator's env, else the catalog by device kind,
-else (CPU) a measured large jitted matmul shared by this process's devices, else unknown."""
+"""Peak TFLOP/s of one device, for MFU: the operator's env (on a TPU), else the catalog by device
+kind, else (a CPU run alone) a measured large jitted matmul shared by this process's devices,
+else unknown."""
 
 from __future__ import annotations
 
@@ -28,6 +29,10 @@ def measure_matmul_tflops(n: int = 2048, repeats: int = 5, dtype=jnp.float32) ->
 def peak_tflops_per_device(env_value: float | None, device, *, local_devices: int,
                            measure: bool) -> tuple[float | None, str]:
     """(peak, where it came from)."""
+    if env_value and device.platform == "cpu":
+        # The operator's figure is the slice's TPU peak; a CPU standing in for the slice (local
+        # mode) has nothing to hold it against, and an MFU against a TPU's peak is noise.
+        return None, "unknown"
     if env_value:
         return env_value, "env"
     catalog = peak_tflops_for_device_kind(getattr(device, "device_kind", ""))
