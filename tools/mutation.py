@@ -80,6 +80,7 @@ MODULES: dict[str, list[str]] = {
     "operator/tpujob/controller/goodput.py": ["tests/controller/test_goodput.py",
                                               "tests/controller/test_goodput_wiring.py"],
     "trainer/tpujob_trainer/telemetry/peak.py": ["tests/trainer/test_peak.py"],
+    "trainer/tpujob_trainer/env.py": ["tests/trainer/test_contract.py"],
     "operator/tpujob/planning.py": ["tests/builders/test_job_file_fields.py",
                                     "tests/plan/test_layers.py"],
     "operator/tpujob/local/session/run.py": ["tests/builders/test_job_file_fields.py"],

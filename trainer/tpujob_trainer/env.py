@@ -15,7 +15,7 @@
 | TPUJOB_NUM_SLICES                 | slices of the job (default 1)                                        |
 | TPUJOB_INIT_TIMEOUT_S             | seconds to wait for every process to join (default 300)              |
 | TPUJOB_CPU_DEVICES                | CPU only: JAX devices per process (like --xla_force_host_platform_device_count) |
-| TPUJOB_PEAK_TFLOPS_PER_DEVICE     | peak TFLOP/s of one device, for MFU (default: the catalog, or measured on CPU) |
+| TPUJOB_PEAK_TFLOPS_PER_DEVICE     | a TPU's peak TFLOP/s per device, for MFU (ignored on CPU; default: the catalog, or measured on a CPU without it) |
 | TPUJOB_TERMINATION_LOG            | file for the one-line JSON exit reason (default /dev/termination-log) |
 | TPUJOB_BIND_ADDRESS               | IP address this process listens on: its HTTP endpoint (/metrics, /progress) and, on process 0, the JAX coordinator service (on the port of TPUJOB_COORDINATOR_ADDRESS) and the lifeline (a free port); default: all interfaces |
 | WANDB_API_KEY                     | Weights & Biases key (from a Kubernetes Secret); never in the config |

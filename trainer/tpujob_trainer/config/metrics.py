@@ -32,6 +32,7 @@ class MetricsConfig(BaseModel):
         description="HTTP port for /metrics (Prometheus) and /progress (JSON) on process 0; "
         "0 = any free port; null = no server.")
     measure_peak: bool = Field(
-        True, description="When the device's peak TFLOP/s is unknown (CPU), measure a large matmul "
-        "at start for MFU; otherwise MFU is null.")
+        True, description="When the device's peak TFLOP/s is unknown (a CPU run alone), measure a "
+        "large matmul at start for MFU; otherwise MFU is null. A CPU standing in for a TPU slice "
+        "(local mode) has no MFU.")
     wandb: WandbConfig = Field(default_factory=WandbConfig, description="Weights & Biases.")
