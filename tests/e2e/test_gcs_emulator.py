@@ -14,7 +14,7 @@ import requests
 
 from tests.e2e.conftest import is_alive
 from tests.support.apiserver import wait_for
-from tpujob.local.session.gcs import GcsEmulator, bucket_of
+from tpujob.local.session.gcs import FOLDER_MARKER_FILE, GcsEmulator, bucket_of
 
 pytestmark = pytest.mark.e2e
 
@@ -64,3 +64,73 @@ def test_the_emulator_does_not_outlive_a_killed_parent(tmp_path):
             parent.kill()
             parent.wait()
         parent.stdout.close()
+
+
+def _upload(gcs: GcsEmulator, bucket: str, name: str, data: bytes) -> requests.Response:
+    return requests.post(f"{gcs.url}/upload/storage/v1/b/{bucket}/o", timeout=10,
+                         params={"uploadType": "media", "name": name}, data=data)
+
+
+def _listing(gcs: GcsEmulator, bucket: str, **params: str) -> tuple[list[str], list[str]]:
+    got = requests.get(f"{gcs.url}/storage/v1/b/{bucket}/o", params=params, timeout=10).json()
+    return [o["name"] for o in got.get("items", [])], got.get("prefixes", [])
+
+
+def _gcsfs(gcs: GcsEmulator, monkeypatch):
+    import gcsfs
+    for key, value in gcs.env.items():
+        monkeypatch.setenv(key, value)
+    return gcsfs.GCSFileSystem(skip_instance_cache=True)
+
+
+def test_a_folder_marker_and_the_objects_under_it_live_side_by_side(tmp_path, monkeypatch):
+    # `q/` as the Cloud Console's "create folder" and TensorFlow's file layer make it (an
+    # empty object), then objects under it: on GCS both exist; the plain emulator stored `q/`
+    # as a file named q, and every later write under q/ failed (FileExistsError).
+    with GcsEmulator(tmp_path / "gcs") as gcs:
+        gcs.ensure_bucket("b")
+        assert _upload(gcs, "b", "q/", b"").status_code == 200
+        assert _upload(gcs, "b", "q/x.txt", b"hi").status_code == 200
+        assert _upload(gcs, "b", "q/r/", b"marker").status_code == 200  # one inside
+        assert _upload(gcs, "b", "q/r/y.txt", b"yo").status_code == 200
+        for name, content in (("q/", b""), ("q/x.txt", b"hi"), ("q/r/", b"marker"),
+                              ("q/r/y.txt", b"yo")):
+            got = requests.get(f"{gcs.url}/download/storage/v1/b/b/o/"
+                               f"{requests.utils.quote(name, safe='')}",
+                               params={"alt": "media"}, timeout=10)
+            assert (got.status_code, got.content) == (200, content), name
+        assert _listing(gcs, "b", prefix="q/", delimiter="/") == (["q/", "q/x.txt"], ["q/r/"])
+        assert _listing(gcs, "b", delimiter="/") == ([], ["q/"])
+        assert _listing(gcs, "b") == (["q/", "q/r/", "q/r/y.txt", "q/x.txt"], [])
+        # gcsfs, as a trainer writes gs://: through the marker, and the marker itself.
+        fs = _gcsfs(gcs, monkeypatch)
+        fs.pipe("b/q/z.txt", b"zz")
+        assert fs.cat("b/q/z.txt") == b"zz" and fs.cat("b/q/") == b""
+        assert fs.isdir("b/q") and fs.exists("b/q/x.txt")
+        # The marker goes, the objects under it stay; a marker again, over them.
+        assert requests.delete(f"{gcs.url}/storage/v1/b/b/o/q%2F", timeout=10).ok
+        assert _listing(gcs, "b", prefix="q/", delimiter="/") == (["q/x.txt", "q/z.txt"],
+                                                                  ["q/r/"])
+        assert _upload(gcs, "b", "q/", b"again").status_code == 200
+        assert fs.cat("b/q/") == b"again" and fs.cat("b/q/x.txt") == b"hi"
+    # A restart over the same directory keeps both (a kept work directory).
+    with GcsEmulator(tmp_path / "gcs") as gcs:
+        fs = _gcsfs(gcs, monkeypatch)
+        assert fs.cat("b/q/") == b"again" and fs.cat("b/q/r/y.txt") == b"yo"
+
+
+def test_a_folder_marker_an_older_emulator_kept_in_its_folders_place_is_moved(tmp_path,
+                                                                              monkeypatch):
+    with GcsEmulator(tmp_path / "gcs") as gcs:
+        gcs.ensure_bucket("b")
+        assert _upload(gcs, "b", "q/", b"old").status_code == 200
+    # As an emulator without the fix left it (a kept work directory): the marker's content in
+    # a file where the folder q must go.
+    bucket = tmp_path / "gcs" / ".cloudstorage" / "b"
+    (bucket / "q" / FOLDER_MARKER_FILE).rename(tmp_path / "marker")
+    (bucket / "q").rmdir()
+    (tmp_path / "marker").rename(bucket / "q")
+    with GcsEmulator(tmp_path / "gcs") as gcs:
+        assert _upload(gcs, "b", "q/x.txt", b"hi").status_code == 200
+        fs = _gcsfs(gcs, monkeypatch)
+        assert fs.cat("b/q/") == b"old" and fs.cat("b/q/x.txt") == b"hi"

@@ -6,11 +6,18 @@ Trainer processes reach it through the variables of `tpujob_trainer.gcs_env` (gc
 tensorstore and google-cloud-storage all honour them).
 
 The emulator runs as `python -m tpujob.local.session.gcs start ...`: its own command line, with
-one fix. It answers a media download without the `x-goog-generation` header real GCS sends;
+two fixes. First, it answers a media download without the `x-goog-generation` header real GCS sends;
 tensorstore (which Orbax writes arrays with) conditions its next write of an object on the
 generation it read, and without one fails with "Malformed StorageGeneration". An OCDBT checkpoint
 re-reads its manifest once it drops out of tensorstore's cache, so runs saving several
-checkpoints to `gs://` would fail against the plain emulator."""
+checkpoints to `gs://` would fail against the plain emulator.
+
+Second, it keeps each object in a file named as the object, so a folder marker (an object whose
+name ends in `/`, as the Cloud Console's "create folder" and TensorFlow's file layer make)
+became a file where the folder of the objects under it must go, and every later write under it
+failed (FileExistsError, the connection dropped). A marker's content is kept inside its folder
+instead (`FOLDER_MARKER_FILE`), so the marker and the objects under it both exist, as on GCS; an
+empty media upload (a marker's) is taken as an empty object, where the emulator failed on it."""
 
 from __future__ import annotations
 
@@ -33,6 +40,8 @@ from tpujob_trainer.gcs_env import build_gcs_emulator_env
 INSTALL_HINT = "pip install 'tpujob[dev]' (it brings gcp-storage-emulator)"
 PARENT_ENV = "TPUJOB_GCS_EMULATOR_PARENT"   # the pid the emulator must not outlive
 PR_SET_PDEATHSIG = 1
+# Where the content of a folder marker `dir/` is kept: `<bucket>/dir/` + this.
+FOLDER_MARKER_FILE = ".folder-marker-object"
 
 
 class GcsEmulatorError(RuntimeError):
@@ -40,7 +49,7 @@ class GcsEmulatorError(RuntimeError):
 
 
 def find_emulator() -> list[str]:
-    """The command that starts the emulator (with downloads fixed, see the module doc)."""
+    """The command that starts the emulator (with its fixes, see the module doc)."""
     if importlib.util.find_spec("gcp_storage_emulator") is None:
         raise GcsEmulatorError(f"gcp-storage-emulator is not installed: {INSTALL_HINT}")
     return [sys.executable, "-m", __name__]
@@ -64,6 +73,43 @@ def _serve_generations_on_downloads() -> None:
         return plain(request, response, storage, *args, **kwargs)
 
     objects.download = download  # the server's routes look handlers up in this module
+
+
+def _keep_folder_markers_inside_their_folders() -> None:
+    """Store a folder marker's content inside its folder, not as a file in the folder's place;
+    take a media upload without a body as an empty object."""
+    from gcp_storage_emulator import server
+    from gcp_storage_emulator.handlers import objects
+
+    class FolderMarkerStorage(server.Storage):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self._move_markers_kept_in_place_of_their_folder()
+
+        def _object_path(self, bucket_name, file_name):
+            path = super()._object_path(bucket_name, file_name)
+            return path + FOLDER_MARKER_FILE if path.endswith("/") else path
+
+        def _move_markers_kept_in_place_of_their_folder(self):
+            # Objects an emulator without this fix stored (a kept work directory).
+            for bucket, names in self.objects.items():
+                for name in names:
+                    old = super()._object_path(bucket, name)
+                    if old.endswith("/") and name.rstrip("/") not in names \
+                            and self._store.exists_file(old):
+                        content = self._store.read_bytes(old)
+                        self._store.remove_file(old)
+                        self._store.write_bytes(self._object_path(bucket, name), content)
+
+    plain_media_upload = objects._media_upload
+
+    def media_upload(request, response, storage):
+        if request.data is None:  # no body: read as None, and len(None) failed
+            request._data = b""
+        return plain_media_upload(request, response, storage)
+
+    server.Storage = FolderMarkerStorage   # the server makes its storage from this name
+    objects._media_upload = media_upload   # `insert` looks it up in this module
 
 
 def _free_port() -> int:
@@ -179,6 +225,7 @@ def _exit_with_parent() -> None:
 if __name__ == "__main__":
     _exit_with_parent()
     _serve_generations_on_downloads()
+    _keep_folder_markers_inside_their_folders()
     from gcp_storage_emulator.__main__ import main
 
     sys.exit(main(sys.argv[1:]))
