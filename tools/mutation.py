@@ -112,6 +112,12 @@ MODULES: dict[str, list[str]] = {
     **{f"trainer/tpujob_trainer/config/{name}.py": CONFIG_TESTS for name in (
         "root", "train", "model", "optimizer", "mesh", "data", "checkpoint", "metrics",
         "compile_cache", "keys")},
+    "operator/tpujob/local/session/gcs.py": ["tests/e2e/test_gcs_emulator.py"],
+    # The pure halves first, then two processes agreeing through JAX, then the checkpoints.
+    "trainer/tpujob_trainer/checkpoint/__init__.py": [
+        "tests/trainer/test_checkpoint_collectives.py", "tests/trainer_io/test_checkpoint.py"],
+    "trainer/tpujob_trainer/checkpoint/tiered.py": [
+        "tests/trainer/test_checkpoint_collectives.py", "tests/trainer/test_local_checkpoints.py"],
     # The fast fakes first (-x: a mutant they kill costs no training), then real training.
     "trainer/tpujob_trainer/loop.py": ["tests/trainer/test_loop_steps.py",
                                        "tests/trainer/test_loss_check.py",

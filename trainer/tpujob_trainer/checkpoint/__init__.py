@@ -97,11 +97,25 @@ def _agree_all(ok: bool) -> bool:
     return bool(np.all(multihost_utils.process_allgather(np.array([ok]))))
 
 
+def _to_halves(values) -> np.ndarray:
+    """int64s as (high, low) pairs of uint32: without jax_enable_x64, JAX turns an int64 into
+    an int32 on its way through a collective, keeping only the low 32 bits."""
+    bits = np.asarray(values, np.int64).view(np.uint64)
+    return np.stack([(bits >> np.uint64(32)).astype(np.uint32),
+                     (bits & np.uint64(0xFFFFFFFF)).astype(np.uint32)], axis=-1)
+
+
+def _from_halves(halves) -> np.ndarray:
+    """The int64s that `_to_halves` split."""
+    pairs = np.asarray(halves).astype(np.uint64)
+    return ((pairs[..., 0] << np.uint64(32)) | pairs[..., 1]).view(np.int64)
+
+
 def _broadcast_int(value: int) -> int:
     if jax.process_count() == 1:
         return value
     from jax.experimental import multihost_utils
-    return int(multihost_utils.broadcast_one_to_all(np.array(value, np.int64)))
+    return int(_from_halves(multihost_utils.broadcast_one_to_all(_to_halves(value))))
 
 
 def _sync(name: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 import jax
 import numpy as np
 
-from tpujob_trainer.checkpoint import Checkpointer, _agree_all
+from tpujob_trainer.checkpoint import Checkpointer, _agree_all, _from_halves, _to_halves
 from tpujob_trainer.checkpoint.local import LocalTier, LocalTierError
 from tpujob_trainer.config.checkpoint import CheckpointConfig
 
@@ -41,7 +41,8 @@ def _gather_steps(steps: list[int]) -> list[list[int]]:
     from jax.experimental import multihost_utils
     padded = np.full((_AGREED_MAX,), -1, np.int64)
     padded[:len(mine)] = mine
-    gathered = np.asarray(multihost_utils.process_allgather(padded)).reshape(-1, _AGREED_MAX)
+    gathered = _from_halves(multihost_utils.process_allgather(_to_halves(padded)))
+    gathered = gathered.reshape(-1, _AGREED_MAX)
     return [[int(s) for s in row if s >= 0] for row in gathered]
 
 
