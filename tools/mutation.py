@@ -118,6 +118,16 @@ MODULES: dict[str, list[str]] = {
         "tests/trainer/test_checkpoint_collectives.py", "tests/trainer_io/test_checkpoint.py"],
     "trainer/tpujob_trainer/checkpoint/tiered.py": [
         "tests/trainer/test_checkpoint_collectives.py", "tests/trainer/test_local_checkpoints.py"],
+    # Compiling for a TPU: the pure parts and the kernel choice first, then the real compiler.
+    "trainer/tpujob_trainer/models/attention.py": ["tests/trainer/test_attention.py",
+                                                   "tests/trainer/test_aot.py"],
+    "trainer/tpujob_trainer/models/layers.py": ["tests/trainer/test_attention.py",
+                                                "tests/trainer/test_mixed_dot.py",
+                                                "tests/trainer/test_model.py"],
+    "trainer/tpujob_trainer/sharding.py": ["tests/trainer/test_attention.py",
+                                           "tests/trainer/test_aot.py"],
+    "trainer/tpujob_trainer/aot.py": ["tests/trainer/test_aot.py"],
+    "operator/tpujob/cli/plan_compile.py": ["tests/plan/test_plan_compile.py"],
     # The fast fakes first (-x: a mutant they kill costs no training), then real training.
     "trainer/tpujob_trainer/loop.py": ["tests/trainer/test_loop_steps.py",
                                        "tests/trainer/test_loss_check.py",

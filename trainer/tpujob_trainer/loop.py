@@ -23,10 +23,9 @@ from tpujob_trainer.config.root import TrainerConfig
 from tpujob_trainer.env import ProcessEnv
 from tpujob_trainer.exits import Reason, TrainerExit
 from tpujob_trainer.mesh import build_mesh
-from tpujob_trainer.optim import build_optimizer
 from tpujob_trainer.remat import device_memory_bytes, resolve_remat
-from tpujob_trainer.sharding import activate, named_sharding
-from tpujob_trainer.step import build_step_fns
+from tpujob_trainer.sharding import activate
+from tpujob_trainer.step import step_program
 from tpujob_trainer.telemetry.jsonlog import JsonLog
 from tpujob_trainer.telemetry.memory import memory_snapshot
 from tpujob_trainer.telemetry.peak import peak_tflops_per_device
@@ -200,15 +199,12 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
         progress.update(**snap)
         log.emit("memory", phase=phase, **snap, **extra)
 
-    tx, schedule = build_optimizer(cfg.optimizer, cfg.train.steps)
-    tokens_sharding = named_sharding(("batch", None), (B, L + 1), mesh)
-    stop_sharding = named_sharding(("batch",), (B,), mesh)
     checkpointer = None
     try:
         with activate(mesh):
-            fns = build_step_fns(model_cfg, tx, schedule, seed=cfg.train.seed,
-                                 grad_accum=cfg.train.grad_accum, mesh=mesh,
-                                 batch_shardings={"tokens": tokens_sharding, "stop": stop_sharding})
+            fns, abstract_batch = step_program(cfg, mesh, model_cfg)
+            tokens_sharding = abstract_batch["tokens"].sharding
+            stop_sharding = abstract_batch["stop"].sharding
             try:
                 data = build_data_source(
                     cfg.data, seq_len=L, global_batch=B, vocab_size=cfg.model.vocab_size,
@@ -249,8 +245,6 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
 
             progress.update(phase="compiling", step=step)
             t0 = time.perf_counter()
-            abstract_batch = {"tokens": jax.ShapeDtypeStruct((B, L + 1), np.int32, sharding=tokens_sharding),
-                              "stop": jax.ShapeDtypeStruct((B,), np.int32, sharding=stop_sharding)}
             compile_fn = lambda: fns.step.lower(fns.abstract_state, abstract_batch).compile()  # noqa: E731
             if cache_dir is not None and cfg.compile_cache.executables:
                 compiled, how = ExecutableCache(cache_dir).load_or_compile(

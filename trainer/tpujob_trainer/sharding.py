@@ -73,6 +73,20 @@ def activate(mesh: Mesh | None) -> Iterator[None]:
         _active_mesh = previous
 
 
+def active_mesh() -> Mesh | None:
+    """The mesh of the enclosing `activate` block (None outside one)."""
+    return _active_mesh
+
+
+def target_platform() -> str:
+    """The platform the code being traced will run on: that of the active mesh's devices (a
+    TPU topology compiled for on a CPU machine is "tpu"), else JAX's default backend."""
+    mesh = _active_mesh
+    if mesh is not None and mesh.devices.size:
+        return mesh.devices.flat[0].platform
+    return jax.default_backend()
+
+
 def shard(x: jax.Array, axes: LogicalAxes) -> jax.Array:
     """Constrain an activation's sharding by logical axis names; a no-op without an active mesh."""
     mesh = _active_mesh

@@ -121,6 +121,26 @@ def build_step_fns(cfg: ModelConfig, tx, schedule, *, seed: int, grad_accum: int
     return StepFns(graphdef, init, step, state_shardings, abstract)
 
 
+def step_program(cfg, mesh, model_cfg: ModelConfig) -> tuple[StepFns, dict[str, Any]]:
+    """The jitted init and step of `cfg` (a TrainerConfig) on `mesh`, with `model_cfg` (its model,
+    remat resolved), and the batch the step takes (shape-only, sharded): what a run, and a
+    compile for a TPU topology (`tpujob_trainer.aot`), lower and compile. Call inside
+    `sharding.activate(mesh)`."""
+    from tpujob_trainer.optim import build_optimizer
+    from tpujob_trainer.sharding import named_sharding
+
+    B, L = cfg.train.global_batch, cfg.train.seq_len
+    tx, schedule = build_optimizer(cfg.optimizer, cfg.train.steps)
+    tokens = named_sharding(("batch", None), (B, L + 1), mesh)
+    stop = named_sharding(("batch",), (B,), mesh)
+    fns = build_step_fns(model_cfg, tx, schedule, seed=cfg.train.seed,
+                         grad_accum=cfg.train.grad_accum, mesh=mesh,
+                         batch_shardings={"tokens": tokens, "stop": stop})
+    batch = {"tokens": jax.ShapeDtypeStruct((B, L + 1), jnp.int32, sharding=tokens),
+             "stop": jax.ShapeDtypeStruct((B,), jnp.int32, sharding=stop)}
+    return fns, batch
+
+
 def _state_shardings(abs_state: State, p_shard, mesh):
     """Optimizer-state leaves that mirror a parameter (same path suffix and shape) share its
     sharding; everything else (counts, scalars) is replicated."""

@@ -45,11 +45,17 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="rematerialization policy; auto = least recomputation that fits")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
     p.add_argument("--grad-accum", type=int, default=1, metavar="K")
+    p.add_argument("--compile", action="store_true",
+                   help="also compile the trainer's step for each slice with the TPU compiler "
+                        "(libtpu; no TPU needed) and print its HBM per device beside the "
+                        "estimate; needs --model or --params and pip install "
+                        "'tpujob[trainer,compile]'; seconds to minutes per slice")
     p.add_argument("--output", "-o", choices=("table", "json"), default="table")
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from tpujob.cli.plan_compile import compiled_fits
     from tpujob.cli.plan_render import render_table
     from tpujob_plan.errors import PlanError
 
@@ -58,16 +64,29 @@ def run(args: argparse.Namespace) -> int:
     except PlanError as err:
         print(f"error: {err.field}: {err.message}", file=sys.stderr)
         return 2
+    if args.compile and request.model is None:
+        print("error: --compile: needs a model to compile (--model FILE|PRESET or --params N)",
+              file=sys.stderr)
+        return 2
     results = plan_many(args.slices_, request)
+    compiled = {}
+    if args.compile:
+        from tpujob.cli.plan_compile import compile_all
+        compiled = compile_all(results, request, args.model)
     if args.output == "json":
-        print(json.dumps([r.to_dict() for r in results if r.ok], indent=2))
+        print(json.dumps([r.to_dict() | ({"compiled": compiled[r.requested]}
+                                         if r.requested in compiled else {})
+                          for r in results if r.ok], indent=2))
     else:
-        print(render_table(results))
+        print(render_table(results, compiled))
     for r in results:
         if not r.ok:
             print(f"error: {r.error}", file=sys.stderr)
     if any(not r.ok for r in results):
         return 1
     if any(not r.fits for r in results):
+        return 2
+    if any("error" in c or not compiled_fits(r, c) for r in results
+           if (c := compiled.get(r.requested)) is not None):
         return 2
     return 0

@@ -19,7 +19,9 @@ def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[s
     return [line(headers)] + [line(r) for r in rows]
 
 
-def render_table(results: list[SliceResult]) -> str:
+def render_table(results: list[SliceResult], compiled: dict[str, dict] | None = None) -> str:
+    """The table and each slice's details; `compiled`: `tpujob plan --compile`'s figures by
+    requested name, printed under the estimate."""
     ok = [r for r in results if r.ok]
     lines: list[str] = []
     if ok:
@@ -37,6 +39,9 @@ def render_table(results: list[SliceResult]) -> str:
         lines += _table(headers, rows, right={3, 4, 5, 6, 7, 8, 9, 10})
     for r in ok:
         lines += _details(r)
+        if compiled and r.requested in compiled:
+            from tpujob.cli.plan_compile import compile_lines
+            lines += compile_lines(r, compiled[r.requested])
     return "\n".join(lines)
 
 

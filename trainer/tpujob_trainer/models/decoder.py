@@ -1,5 +1,5 @@
 """The decoder-only LM: embedding, N pre-norm blocks (attention + dense or MoE MLP), final norm,
-output layer. `Decoder(cfg, rngs=...)(tokens_BxL) -> (logits_BxLxV float32, aux_loss)`.
+output layer. `Decoder(cfg, rngs=...)(tokens_BxL) -> (logits_BxLxV, aux_loss)`.
 """
 
 from __future__ import annotations
@@ -139,7 +139,8 @@ class Decoder(nnx.Module):
         self.scan_layers = cfg.scan_layers
 
     def __call__(self, tokens_BxL: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Logits (float32) for every position, and the summed MoE load-balancing loss."""
+        """Logits for every position (float32 on CPU, the compute dtype compiled for a TPU: see
+        `layers.dot`), and the summed MoE load-balancing loss."""
         x_BxLxD = jnp.take(self.embed_VxD[...], tokens_BxL, axis=0).astype(self.dtype)
         x_BxLxD = shard(x_BxLxD, ("batch", "length", None))
         aux = jnp.zeros((), jnp.float32)
@@ -151,4 +152,4 @@ class Decoder(nnx.Module):
             logits_BxLxV = dot("bld,vd->blv", x_BxLxD, self.embed_VxD[...].astype(self.dtype))
         else:
             logits_BxLxV = dot("bld,dv->blv", x_BxLxD, self.head_DxV[...].astype(self.dtype))
-        return shard(logits_BxLxV, ("batch", "length", "vocab")), aux  # float32 from dot
+        return shard(logits_BxLxV, ("batch", "length", "vocab")), aux

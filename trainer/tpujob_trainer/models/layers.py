@@ -13,11 +13,8 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
-from tpujob_trainer.sharding import shard
-
-# Causal attention in this many query chunks, each reading only the keys up to its own end:
-# with 2, a quarter of the scores (all of them masked) is never computed.
-CAUSAL_CHUNKS = 2
+from tpujob_trainer.models.attention import attention
+from tpujob_trainer.sharding import shard, target_platform
 
 
 def dot(eq: str, x: jax.Array, w: jax.Array) -> jax.Array:
@@ -26,8 +23,13 @@ def dot(eq: str, x: jax.Array, w: jax.Array) -> jax.Array:
     operands' dtype and accumulate in float32. Written out because autodiff would run them on the
     float32 gradient, and because XLA:CPU has no matmul with a 16-bit result: it widens such a
     matmul to float32 whole. So every matmul of a bf16 model is bf16 x bf16 -> float32, forward
-    and back (the MXU's own form on a TPU). With float32 operands: the plain einsum."""
-    if x.dtype == jnp.float32 and w.dtype == jnp.float32:
+    and back. With float32 operands: the plain einsum.
+
+    Compiled for a TPU, the plain einsum in the operands' dtype: the MXU accumulates in float32
+    and rounds once at the end whatever the result type, so a float32 result there only doubles
+    the bytes every activation and its gradient move (measured with the TPU compiler on a v6e-8:
+    see benchmarks/tpu_compile.py)."""
+    if (x.dtype == jnp.float32 and w.dtype == jnp.float32) or target_platform() == "tpu":
         return jnp.einsum(eq, x, w)
     return _mixed_dot(eq, x, w)
 
@@ -86,25 +88,6 @@ def rope(x_BxLxNxH: jax.Array, positions_L: jax.Array, theta: float) -> jax.Arra
     return jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
 
 
-def causal_attention(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.Array,
-                     chunks: int = CAUSAL_CHUNKS) -> jax.Array:
-    """Causal attention by query chunks: chunk i reads only the keys up to its own end (the
-    masked keys after it would add exp(-inf) = 0 to its softmax). One chunk where the length
-    does not divide."""
-    L = q_BxLxNxH.shape[1]
-    if L % chunks:
-        chunks = 1
-    c = L // chunks
-    outs = []
-    for i in range(chunks):
-        end = (i + 1) * c
-        q = q_BxLxNxH[:, i * c:end]
-        mask_cxS = (jnp.arange(end)[None, :] <= (i * c + jnp.arange(c))[:, None])
-        outs.append(jax.nn.dot_product_attention(q, k_BxLxKxH[:, :end], v_BxLxKxH[:, :end],
-                                                 mask=mask_cxS[None, None]))
-    return jnp.concatenate(outs, axis=1) if chunks > 1 else outs[0]
-
-
 class Attention(nnx.Module):
     """Causal grouped-query attention: K key/value heads shared by N/K query heads each."""
 
@@ -127,7 +110,7 @@ class Attention(nnx.Module):
         q_BxLxNxH = shard(rope(q_BxLxNxH, positions_L, self.rope_theta), ("batch", "length", "heads", None))
         k_BxLxKxH = shard(rope(k_BxLxKxH, positions_L, self.rope_theta), ("batch", "length", "kv_heads", None))
         v_BxLxKxH = shard(v_BxLxKxH, ("batch", "length", "kv_heads", None))
-        o_BxLxNxH = causal_attention(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH)
+        o_BxLxNxH = attention(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH)
         return dot("blnh,nhd->bld", o_BxLxNxH, self.wo_NxHxD[...].astype(dt)).astype(dt)
 
 

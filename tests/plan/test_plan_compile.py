@@ -1,0 +1,105 @@
+"""`tpujob plan --compile`: the trainer config each slice compiles (the planned model, batch,
+sequence, remat and mesh), and the command as a user runs it, with the real TPU compiler."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from argparse import Namespace
+
+import pytest
+import yaml
+
+from tpujob.cli.plan_compile import compile_lines, compiled_fits, size, trainer_config
+from tpujob.planning import PlanRequest, plan_one
+
+pytestmark = pytest.mark.integration
+
+
+def _request(model: str, **kw) -> PlanRequest:
+    args = Namespace(model=model, params=None, batch=kw.get("batch"), seq=kw.get("seq"),
+                     grad_accum=kw.get("grad_accum", 1), remat=kw.get("remat", "auto"),
+                     optimizer="adamw", slices=kw.get("slices", 1), machine_type=None,
+                     containers_per_host=None, ici=kw.get("ici", ""), dcn=kw.get("dcn", ""))
+    return PlanRequest.from_cli(args)
+
+
+def test_a_preset_compiles_its_shape_with_the_planned_batch_remat_and_mesh():
+    request = _request("mixtral-8x7b", batch=16, seq=4096, remat="full", ici="fsdp=4,expert=2")
+    result = plan_one("v6e-8", request)
+    cfg = trainer_config(result, request, "mixtral-8x7b")
+    assert cfg["model"]["d_model"] == 4096 and cfg["model"]["n_kv_heads"] == 8
+    assert cfg["model"]["moe"] == {"num_experts": 8, "experts_per_token": 2,
+                                   "num_shared_experts": 0, "mlp_dim": 14336, "every": 1,
+                                   "first_dense_layers": 0}
+    assert cfg["model"]["remat"] == "full"
+    assert cfg["train"] == {"global_batch": 16, "seq_len": 4096, "grad_accum": 1}
+    assert cfg["mesh"]["ici"]["fsdp"] == 4 and cfg["mesh"]["ici"]["expert"] == 2
+    assert cfg["mesh"]["dcn"] == {} and cfg["optimizer"] == {"kind": "adamw"}
+    assert {v for k, v in cfg["mesh"]["ici"].items() if k not in ("fsdp", "expert")} <= {1}
+
+
+def test_a_config_file_compiles_its_own_model_section_and_the_remat_the_estimate_chose(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump({
+        "model": {"d_model": 512, "n_layers": 2, "param_dtype": "bfloat16"},
+        "train": {"global_batch": 16, "seq_len": 512},
+        "optimizer": {"kind": "adamw", "peak_lr": 1e-3}}))
+    request = _request(str(path), slices=2)
+    result = plan_one("v6e-8", request)
+    cfg = trainer_config(result, request, str(path))
+    assert cfg["model"]["param_dtype"] == "bfloat16" and cfg["model"]["d_model"] == 512
+    assert cfg["model"]["remat"] == result.memory.remat != "auto"
+    assert cfg["train"]["global_batch"] == 16 and cfg["train"]["seq_len"] == 512
+    assert cfg["optimizer"]["peak_lr"] == 1e-3
+    dcn = cfg["mesh"]["dcn"]  # two slices: data parallel across them
+    assert dcn["data"] == 2 and {v for k, v in dcn.items() if k != "data"} <= {1}
+
+
+@pytest.mark.parametrize("hbm,usable,fits", [(10, 20, True), (20, 20, True), (21, 20, False)])
+def test_the_compiled_verdict_is_against_usable_hbm(hbm, usable, fits):
+    class Memory:
+        usable_bytes = usable
+        per_device_bytes = 15
+
+    class Result:
+        memory = Memory()
+
+    assert compiled_fits(Result(), {"hbm_bytes": hbm}) is fits
+    assert compiled_fits(Result(), {"error": "x"}) is False
+    line = compile_lines(Result(), {"hbm_bytes": hbm, "argument_bytes": 1, "temp_bytes": 2,
+                                    "flops": 1e12, "bytes_accessed": 1e9, "compile_s": 3,
+                                    "optimal_seconds": None, "cost_model_note": "invalid"})[0]
+    assert ("DOES NOT FIT" in line) is (not fits)
+
+
+def test_sizes_print_in_gib_or_mib():
+    assert (size(3 * 2**30), size(2**30 // 20)) == ("3.00 GiB", "51.2 MiB")
+
+
+def _tpujob(*args: str) -> subprocess.CompletedProcess:
+    exe = shutil.which("tpujob", path=os.path.dirname(sys.executable)) or "tpujob"
+    return subprocess.run([exe, *args], capture_output=True, text=True, timeout=600)
+
+
+def test_plan_compile_prints_the_compilers_hbm_beside_the_estimate():
+    r = _tpujob("plan", "v6e-8", "tpu7x-8", "--model", "tiny", "--batch", "8", "--seq", "256",
+                "--compile")
+    assert r.returncode == 0, r.stderr[-2000:]
+    blocks = r.stdout.split("\n\n")[1:]
+    assert len(blocks) == 2
+    for block in blocks:
+        assert "by the TPU compiler (fits; the estimate" in block
+        assert "accessed per device; cost model:" in block
+    j = _tpujob("plan", "v6e-8", "--model", "tiny", "--batch", "8", "--seq", "256",
+                "--compile", "-o", "json")
+    assert j.returncode == 0, j.stderr[-2000:]
+    compiled = json.loads(j.stdout)[0]["compiled"]
+    assert compiled["device_kind"] == "TPU v6 lite" and compiled["hbm_bytes"] > 0
+
+
+def test_plan_compile_needs_a_model():
+    r = _tpujob("plan", "v6e-8", "--compile")
+    assert r.returncode == 2
+    assert "--compile: needs a model" in r.stderr

@@ -1,0 +1,112 @@
+"""Causal attention, chosen by the platform the step is compiled for.
+
+On a TPU: the splash-attention Pallas kernel (`jax.experimental.pallas.ops.tpu.splash_attention`,
+the kernel MaxText picks on TPU), which never holds the [L, L] scores: blocks of queries and keys
+go through VMEM with an online softmax, and fully masked blocks (above the causal diagonal) are
+skipped. It runs per device under `shard_map`: the batch split over the batch axes, heads over
+`tensor`. Where the layout does not suit it (the sequence split over `context`, heads that do not
+divide over `tensor`, a length not a multiple of the kernel's blocks), and on other platforms:
+XLA's `jax.nn.dot_product_attention` by causal query chunks (`causal_attention`).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec
+
+from tpujob_trainer.sharding import LOGICAL_RULES, active_mesh, target_platform
+
+# Causal attention in this many query chunks, each reading only the keys up to its own end:
+# with 2, a quarter of the scores (all of them masked) is never computed.
+CAUSAL_CHUNKS = 2
+# Splash attention's tiles (queries, keys) in the forward and both backward kernels; MaxText's
+# defaults (sa_block_* = 512). A length that is not a multiple of 128 falls back to XLA.
+SPLASH_BLOCK = 512
+SPLASH_MIN_BLOCK = 128
+
+
+def causal_attention(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.Array,
+                     chunks: int = CAUSAL_CHUNKS) -> jax.Array:
+    """Causal attention by query chunks: chunk i reads only the keys up to its own end (the
+    masked keys after it would add exp(-inf) = 0 to its softmax). One chunk where the length
+    does not divide."""
+    L = q_BxLxNxH.shape[1]
+    if L % chunks:
+        chunks = 1
+    c = L // chunks
+    outs = []
+    for i in range(chunks):
+        end = (i + 1) * c
+        q = q_BxLxNxH[:, i * c:end]
+        mask_cxS = (jnp.arange(end)[None, :] <= (i * c + jnp.arange(c))[:, None])
+        outs.append(jax.nn.dot_product_attention(q, k_BxLxKxH[:, :end], v_BxLxKxH[:, :end],
+                                                 mask=mask_cxS[None, None]))
+    return jnp.concatenate(outs, axis=1) if chunks > 1 else outs[0]
+
+
+def splash_layout(mesh, L: int, n_heads: int, n_kv_heads: int):
+    """The (batch mesh axes, heads mesh axes) the splash kernel runs under on `mesh`, or None
+    where it cannot: the sequence split over `context`, or heads that do not divide over
+    `tensor`, or a length the kernel's blocks do not tile."""
+    if mesh is None or L % SPLASH_MIN_BLOCK:
+        return None
+    shape = dict(mesh.shape)
+    if shape.get("context", 1) > 1:
+        return None
+    heads = tuple(a for a in LOGICAL_RULES["heads"] if shape.get(a, 1) > 1)
+    split = math.prod(shape[a] for a in heads)
+    if n_heads % split or n_kv_heads % split:
+        return None
+    batch = tuple(a for a in LOGICAL_RULES["batch"] if shape.get(a, 1) > 1)
+    return batch, heads
+
+
+def _block(L: int) -> int:
+    return math.gcd(L, SPLASH_BLOCK)
+
+
+@functools.lru_cache(maxsize=32)
+def _splash_kernel(L: int, n_heads: int, interpret: bool = False):
+    from jax.experimental.pallas.ops.tpu import splash_attention as sa
+
+    b = _block(L)
+    mask = sa.MultiHeadMask([sa.CausalMask((L, L)) for _ in range(n_heads)])
+    blocks = sa.BlockSizes(block_q=b, block_kv=b, block_kv_compute=b, block_q_dkv=b,
+                           block_kv_dkv=b, block_kv_dkv_compute=b, block_q_dq=b, block_kv_dq=b)
+    return sa.make_splash_mha(mask, head_shards=1, q_seq_shards=1, block_sizes=blocks,
+                              interpret=interpret)
+
+
+def splash_attention(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.Array,
+                     mesh, layout, *, interpret: bool = False) -> jax.Array:
+    """Causal attention by the splash kernel, per device (`layout` from `splash_layout`).
+    `interpret`: run the kernel in Pallas's interpreter (any platform; for tests)."""
+    batch, heads = layout
+    B, L, N, H = q_BxLxNxH.shape
+    n_local = N // math.prod(mesh.shape[a] for a in heads) if heads else N
+    kernel = _splash_kernel(L, n_local, interpret)
+    scale = H ** -0.5
+
+    def local(q, k, v):  # [b, L, n, H] blocks of one device
+        q = (q * jnp.asarray(scale, q.dtype)).transpose(0, 2, 1, 3)
+        out = jax.vmap(kernel)(q, k.transpose(0, 2, 1, 3), v.transpose(0, 2, 1, 3))
+        return out.transpose(0, 2, 1, 3)
+
+    spec = PartitionSpec(batch or None, None, heads or None, None)
+    return jax.shard_map(local, mesh=mesh, in_specs=(spec, spec, spec), out_specs=spec,
+                         check_vma=False)(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH)
+
+
+def attention(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.Array) -> jax.Array:
+    """Causal grouped-query attention (softmax(q k^T / sqrt(H)) v), by the kernel the target
+    platform runs best."""
+    if target_platform() == "tpu":
+        mesh = active_mesh()
+        layout = splash_layout(mesh, q_BxLxNxH.shape[1], q_BxLxNxH.shape[2], k_BxLxKxH.shape[2])
+        if layout is not None:
+            return splash_attention(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH, mesh, layout)
+    return causal_attention(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH)
