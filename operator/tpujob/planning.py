@@ -15,7 +15,7 @@ import yaml
 from pydantic import ValidationError
 
 from tpujob_plan.errors import PlanError
-from tpujob_plan.memory import MemoryEstimate, choose_remat, estimate_memory
+from tpujob_plan.memory import MemoryEstimate, MemoryRequest
 from tpujob_plan.mesh import MeshPlan, batch_split_error, parse_axes, plan_mesh
 from tpujob_plan.model_shape import PRESETS, ModelShape
 from tpujob_plan.slice_plan import SlicePlan, plan_slice
@@ -36,6 +36,17 @@ class ModelRequest:
     remat: str = "auto"
     optimizer: str = "adamw"
     grad_accum: int = 1
+    param_dtype: str = "float32"   # from the config file's model section, when one is given
+    dtype: str = "bfloat16"
+    capacity_factor: float = 1.25
+
+    def memory_request(self, default_batch: int) -> MemoryRequest:
+        """What the estimate needs, as the trainer builds it (`TrainerConfig.memory_request`)."""
+        return MemoryRequest(shape=self.shape, global_batch=self.global_batch or default_batch,
+                             seq_len=self.seq_len, grad_accum=self.grad_accum,
+                             optimizer=self.optimizer, param_dtype=self.param_dtype,
+                             dtype=self.dtype, remat=self.remat,
+                             capacity_factor=self.capacity_factor)
 
 
 @dataclass(frozen=True)
@@ -53,8 +64,9 @@ class PlanRequest:
     def from_cli(cls, args) -> PlanRequest:
         model = None
         if args.model or args.params:
+            numerics: dict[str, Any] = {}
             if args.model:
-                shape, label, batch, seq = load_model(args.model)
+                shape, label, batch, seq, numerics = load_model_file(args.model)
             else:
                 shape, label, batch, seq = shape_for_params(args.params), f"~{args.params}", None, None
             for name, value in (("--batch", args.batch), ("--seq", args.seq),
@@ -65,7 +77,7 @@ class PlanRequest:
                                  global_batch=args.batch or batch,
                                  seq_len=args.seq or seq or DEFAULT_SEQ_LEN,
                                  remat=args.remat, optimizer=args.optimizer,
-                                 grad_accum=args.grad_accum)
+                                 grad_accum=args.grad_accum, **numerics)
         return cls(slices=args.slices, machine_type=args.machine_type,
                    containers_per_host=getattr(args, "containers_per_host", None),
                    ici=parse_axes(args.ici, field="--ici") if args.ici else None,
@@ -177,14 +189,7 @@ def plan_one(slice_name: str, request: PlanRequest) -> SliceResult:
 
 
 def _estimate(plan: SlicePlan, axes: dict[str, int], model: ModelRequest) -> MemoryEstimate:
-    batch = model.global_batch or plan.devices
-    kwargs = dict(global_batch=batch, seq_len=model.seq_len, mesh=axes,
-                  optimizer=model.optimizer, grad_accum=model.grad_accum,
-                  hbm_bytes=plan.hbm_bytes_per_device)
-    remat = model.remat
-    if remat == "auto":
-        remat = choose_remat(model.shape, **kwargs)
-    return estimate_memory(model.shape, remat=remat, **kwargs)
+    return model.memory_request(plan.devices).estimate(axes, plan.hbm_bytes_per_device)
 
 
 def plan_many(slice_names: list[str], request: PlanRequest) -> list[SliceResult]:
@@ -194,10 +199,16 @@ def plan_many(slice_names: list[str], request: PlanRequest) -> list[SliceResult]
 def load_model(ref: str) -> tuple[ModelShape, str, int | None, int | None]:
     """A preset name, or a YAML file: a trainer config (its `model:` and `train:` sections) or
     a bare model section. Returns (shape, label, global batch, sequence length)."""
+    return load_model_file(ref)[:4]
+
+
+def load_model_file(ref: str) -> tuple[ModelShape, str, int | None, int | None, dict[str, Any]]:
+    """`load_model`, and what the file says of the model's numbers (param_dtype, dtype, MoE
+    capacity_factor), as ModelRequest keywords (empty for a preset)."""
     from tpujob_trainer.config.model import ModelConfig
 
     if ref in PRESETS:
-        return PRESETS[ref], ref, None, None
+        return PRESETS[ref], ref, None, None, {}
     path = Path(ref)
     if not path.is_file():
         raise PlanError(f"{ref!r} is neither a file nor a preset; presets: "
@@ -216,7 +227,10 @@ def load_model(ref: str) -> tuple[ModelShape, str, int | None, int | None]:
         problems = "; ".join(_describe_model_error(e, prefix) for e in err.errors())
         raise PlanError(f"{ref}: {problems}", field="--model") from None
     train = doc.get("train") if isinstance(doc.get("train"), dict) else {}
-    return config.to_shape(), path.name, train.get("global_batch"), train.get("seq_len")
+    numerics = {"param_dtype": config.param_dtype, "dtype": config.dtype,
+                "capacity_factor": config.moe.capacity_factor}
+    return (config.to_shape(), path.name, train.get("global_batch"), train.get("seq_len"),
+            numerics)
 
 
 def _describe_model_error(error: Any, prefix: str) -> str:

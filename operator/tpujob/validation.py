@@ -22,7 +22,7 @@ from tpujob.builders.names import host_fqdn
 from tpujob.builders.trainer_config import build_trainer_config
 from tpujob.maxtext_args import CHECKED_AXES, read_maxtext_settings
 from tpujob_plan.errors import PlanError
-from tpujob_plan.memory import REMAT_POLICIES, choose_remat, estimate_memory
+from tpujob_plan.memory import REMAT_POLICIES
 from tpujob_plan.mesh import MeshPlan, batch_split_error, format_axes, plan_mesh
 from tpujob_plan.slice_plan import SlicePlan, plan_slice
 
@@ -202,16 +202,8 @@ def _validate_trainer(job: TpuTrainingJob, plan: SlicePlan, mesh: MeshPlan) -> V
     if batch_error:
         return Verdict.refuse("InvalidBatch", "spec.trainer.config.train.global_batch",
                               batch_error, job=job, plan=plan, mesh=mesh)
-    shape = config.model.to_shape()
-    kwargs = dict(global_batch=config.train.global_batch, seq_len=config.train.seq_len,
-                  mesh=mesh.axes, optimizer=config.optimizer.kind,
-                  grad_accum=config.train.grad_accum, hbm_bytes=plan.hbm_bytes_per_device,
-                  param_bytes=4 if config.model.param_dtype == "float32" else 2,
-                  compute_bytes=2 if config.model.dtype == "bfloat16" else 4)
-    remat = config.model.remat
-    if remat == "auto":
-        remat = choose_remat(shape, **kwargs)
-    estimate = estimate_memory(shape, remat=remat, **kwargs)
+    estimate = config.memory_request().estimate(mesh.axes, plan.hbm_bytes_per_device)
+    remat = estimate.remat
     if not estimate.fits:
         parts = sorted(estimate.breakdown.items(), key=lambda kv: -kv[1])[:3]
         where = ", ".join(f"{k} {v / GIB:.1f} GiB" for k, v in parts)

@@ -147,6 +147,45 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
                           hbm_bytes=hbm_bytes, notes=notes)
 
 
+DTYPE_BYTES = {"float32": 4, "bfloat16": 2}
+
+
+@dataclass(frozen=True)
+class MemoryRequest:
+    """Everything the estimate of one training step needs, built in one place from a trainer
+    config (`TrainerConfig.memory_request()`): the trainer resolving `remat: auto`, the operator's
+    admission check and `tpujob plan --model` all estimate from it."""
+
+    shape: ModelShape
+    global_batch: int
+    seq_len: int
+    grad_accum: int = 1
+    optimizer: str = "adamw"
+    param_dtype: str = "float32"
+    dtype: str = "bfloat16"
+    remat: str = "auto"
+    capacity_factor: float = 1.25
+
+    def _kwargs(self, mesh: Mapping[str, int], hbm_bytes: float | None) -> dict:
+        return dict(global_batch=self.global_batch, seq_len=self.seq_len, mesh=dict(mesh),
+                    optimizer=self.optimizer, grad_accum=self.grad_accum,
+                    param_bytes=DTYPE_BYTES[self.param_dtype], compute_bytes=DTYPE_BYTES[self.dtype],
+                    capacity_factor=self.capacity_factor, hbm_bytes=hbm_bytes)
+
+    def resolved_remat(self, mesh: Mapping[str, int], hbm_bytes: float | None) -> str:
+        """The remat policy: as asked, or for `auto` the least recomputation that fits
+        (`none` where the device's memory is unknown)."""
+        if self.remat != "auto":
+            return self.remat
+        if hbm_bytes is None:
+            return "none"
+        return choose_remat(self.shape, **self._kwargs(mesh, hbm_bytes))
+
+    def estimate(self, mesh: Mapping[str, int], hbm_bytes: float | None) -> MemoryEstimate:
+        return estimate_memory(self.shape, remat=self.resolved_remat(mesh, hbm_bytes),
+                               **self._kwargs(mesh, hbm_bytes))
+
+
 def choose_remat(shape: ModelShape, *, global_batch: int, seq_len: int,
                  mesh: Mapping[str, int], hbm_bytes: float, **kwargs) -> str:
     """The least recomputation that fits in `hbm_bytes` per device ("full" if nothing fits)."""

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from tpujob_plan.memory import choose_remat
 from tpujob_trainer.config.root import TrainerConfig
 
 
@@ -24,12 +23,4 @@ def device_memory_bytes(device) -> float | None:
 
 
 def resolve_remat(cfg: TrainerConfig, mesh_axes: Mapping[str, int], hbm_bytes: float | None) -> str:
-    if cfg.model.remat != "auto":
-        return cfg.model.remat
-    if hbm_bytes is None:
-        return "none"
-    return choose_remat(cfg.model.to_shape(), global_batch=cfg.train.global_batch,
-                        seq_len=cfg.train.seq_len, mesh=dict(mesh_axes), hbm_bytes=hbm_bytes,
-                        param_bytes=4 if cfg.model.param_dtype == "float32" else 2,
-                        compute_bytes=4 if cfg.model.dtype == "float32" else 2,
-                        optimizer=cfg.optimizer.kind, grad_accum=cfg.train.grad_accum)
+    return cfg.memory_request().resolved_remat(mesh_axes, hbm_bytes)

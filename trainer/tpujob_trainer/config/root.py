@@ -80,6 +80,17 @@ class TrainerConfig(BaseModel):
                 raise ConfigError([f"{path} is not valid YAML: {e}"]) from None
         return cls.from_dict(d, overrides)
 
+    def memory_request(self):
+        """What the HBM estimate needs from this config (`tpujob_plan.memory.MemoryRequest`)."""
+        from tpujob_plan.memory import MemoryRequest
+
+        m = self.model
+        return MemoryRequest(
+            shape=m.to_shape(), global_batch=self.train.global_batch, seq_len=self.train.seq_len,
+            grad_accum=self.train.grad_accum, optimizer=self.optimizer.kind,
+            param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
+            capacity_factor=m.moe.capacity_factor)
+
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
 

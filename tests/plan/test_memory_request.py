@@ -1,0 +1,66 @@
+"""One memory request for every estimate: `tpujob plan --model FILE`, the operator's admission
+check and the trainer's `remat: auto` read the same fields of a trainer config (dtypes, MoE
+capacity) and get the same estimate."""
+
+from argparse import Namespace
+
+import pytest
+import yaml
+
+from tpujob.planning import PlanRequest, plan_one
+from tpujob_plan.memory import MemoryRequest
+from tpujob_trainer.config.root import TrainerConfig
+from tpujob_trainer.remat import resolve_remat
+
+DOC = {"model": {"d_model": 1024, "n_layers": 8, "n_heads": 8, "n_kv_heads": 8, "head_dim": 128,
+                 "mlp_dim": 4096, "vocab_size": 32000, "param_dtype": "bfloat16",
+                 "dtype": "float32",
+                 "moe": {"num_experts": 4, "experts_per_token": 2, "capacity_factor": 2.0}},
+       "train": {"global_batch": 16, "seq_len": 1024}}
+
+
+def _plan(path, remat="auto"):
+    args = Namespace(model=str(path), params=None, batch=None, seq=None, grad_accum=1,
+                     remat=remat, optimizer="adamw", slices=1, machine_type=None,
+                     containers_per_host=None, ici="", dcn="")
+    return plan_one("v6e-8", PlanRequest.from_cli(args))
+
+
+@pytest.mark.parametrize("remat", ["auto", "none", "full"])
+def test_plan_model_file_estimates_as_the_trainer_config_does(tmp_path, remat):
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(DOC))
+    result = _plan(path, remat)
+    cfg = TrainerConfig.from_dict({**DOC, "model": {**DOC["model"], "remat": remat}})
+    want = cfg.memory_request().estimate(result.mesh.axes, result.plan.hbm_bytes_per_device)
+    assert result.memory.breakdown == want.breakdown and result.memory.remat == want.remat
+    assert resolve_remat(cfg, result.mesh.axes, result.plan.hbm_bytes_per_device) == want.remat
+
+
+def test_the_files_dtypes_and_capacity_count(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump(DOC))
+    got = _plan(path, "full").memory.breakdown
+    f32 = {**DOC, "model": {**DOC["model"], "param_dtype": "float32", "dtype": "bfloat16",
+                            "moe": {**DOC["model"]["moe"], "capacity_factor": 1.0}}}
+    path.write_text(yaml.safe_dump(f32))
+    base = _plan(path, "full").memory.breakdown
+    assert got["params"] == pytest.approx(base["params"] / 2)      # bf16 parameters
+    assert got["activations"] == pytest.approx(2 * base["activations"])  # f32 compute
+    path.write_text(yaml.safe_dump({**DOC, "model": {**DOC["model"], "param_dtype": "float32"}}))
+    none_2 = _plan(path, "none").memory.breakdown["activations"]
+    path.write_text(yaml.safe_dump(f32 | {"model": {**f32["model"], "dtype": "float32"}}))
+    none_1 = _plan(path, "none").memory.breakdown["activations"]
+    assert none_2 > none_1   # capacity factor 2.0 keeps more expert activations than 1.0
+
+
+def test_memory_request_resolves_auto_only():
+    from tpujob_plan.model_shape import PRESETS
+
+    r = MemoryRequest(shape=PRESETS["tiny"], global_batch=8, seq_len=64, remat="minimal")
+    assert r.resolved_remat({"fsdp": 8}, 1e9) == "minimal"
+    auto = MemoryRequest(shape=PRESETS["tiny"], global_batch=8, seq_len=64)
+    assert auto.resolved_remat({"fsdp": 8}, None) == "none"
+    assert auto.resolved_remat({"fsdp": 8}, 32 * 2**30) == "none"
+    huge = MemoryRequest(shape=PRESETS["llama3-8b"], global_batch=64, seq_len=8192)
+    assert huge.resolved_remat({"fsdp": 8}, 16 * 2**30) == "full"
