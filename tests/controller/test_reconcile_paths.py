@@ -515,9 +515,32 @@ def test_process_zero_is_kept_per_jobset_attempt(c, kube):
     js_a = c.set_jobset_status("a", restarts=1)
     out = r.reconcile(job_a, js_a)
     assert out.job["status"]["progress"]["step"] == 3
-    uid_a = js_a["metadata"]["uid"]
-    assert [k for k in r._process_zero if k[1] == uid_a] == [(c.namespace, uid_a, 1)]
+    attempt_a = r._process_zero[job_a["metadata"]["uid"]][0]
+    assert attempt_a == (c.namespace, js_a["metadata"]["uid"], 1)
     assert len(r._process_zero) == 2
+
+
+def test_process_zero_is_forgotten_with_its_job_and_with_its_attempt(c, kube):
+    # What the operator keeps per job must go when the job does: a long-lived operator sees
+    # every job ever run.
+    r = reconciler(kube, read_progress=lambda ip, port: ProgressReading(step=port - 9000))
+    job_a, js_a = started(c, r, "gone")
+    job_b, js_b = started(c, r, "stays")
+    add_pod(c, "gone", port=9001)
+    add_pod(c, "stays", port=9002)
+    r.reconcile(job_a, js_a)
+    job_b = r.reconcile(job_b, js_b).job
+    assert job_b["status"]["progress"]["step"] == 2 and len(r._process_zero) == 2
+    # The job is deleted: the operator calls forget on its DELETED event.
+    r.forget(job_a["metadata"]["uid"])
+    assert len(r._process_zero) == 1
+    # The other one restarts, its new attempt's process 0 not running yet: the old attempt's
+    # process 0 is not kept either.
+    for pod in c.request("GET", PODS).json()["items"]:
+        c.request("DELETE", PODS + f"/{pod['metadata']['name']}")
+    js_b = c.set_jobset_status("stays", restarts=1)
+    r.reconcile(job_b, js_b)
+    assert r._process_zero == {}
 
 
 def test_progress_from_the_log_with_process_zero_looked_up_once(c, kube, tmp_path):

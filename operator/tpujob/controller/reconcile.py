@@ -91,9 +91,9 @@ class Reconciler:
         # uid -> (generation, verdict): a spec is validated once, not on every progress look.
         self._verdicts: dict[str, tuple[int, Verdict]] = {}
         self._refusals: set[tuple[str, int, str]] = set()   # (job uid, status, message)
-        # (namespace, JobSet uid, JobSet restarts) -> process 0's (IP, port)
-        # (namespace, JobSet uid, restarts) -> (IP, port) or (pod, container) of process 0
-        self._process_zero: dict[tuple[str, str, int], tuple] = {}
+        # job uid -> ((namespace, JobSet uid, restarts), where process 0 is: (IP, port) or
+        # (pod, container)): the current attempt's only, and dropped with the job (`forget`).
+        self._process_zero: dict[str, tuple[tuple[str, str, int], tuple]] = {}
 
     # -- observing ---------------------------------------------------------------------------
     def _blocked_by_policy(self, verdict: Verdict) -> tuple[FailureReason, str] | None:
@@ -114,20 +114,20 @@ class Reconciler:
     def _process_zero_at(self, ns: str, name: str, js: JobSetState,
                          find: Callable[[list[dict[str, Any]]], tuple | None]) -> tuple | None:
         """Where process 0 is, as `find` reads it from the job's pods: listed once per JobSet
-        attempt, not on every look (`_forget_process_zero` asks for a new look)."""
-        key = (ns, js.uid or "", js.restarts)
-        found = self._process_zero.get(key)
-        if found is None:
-            found = find(self.kube.list_pods(ns, name))
-            if found is None:
-                return None
-            self._process_zero = {k: v for k, v in self._process_zero.items()
-                                  if k[:2] != key[:2]}
-            self._process_zero[key] = found
+        attempt, not on every look (`_forget_process_zero` asks for a new look). One entry per
+        job (its JobSet's owner), for its current attempt."""
+        job, attempt = js.owner_uid or "", (ns, js.uid or "", js.restarts)
+        kept = self._process_zero.get(job)
+        if kept is not None and kept[0] == attempt:
+            return kept[1]
+        self._process_zero.pop(job, None)  # an earlier attempt's: not kept while looking
+        found = find(self.kube.list_pods(ns, name))
+        if found is not None:
+            self._process_zero[job] = (attempt, found)
         return found
 
-    def _forget_process_zero(self, ns: str, js: JobSetState) -> None:
-        self._process_zero.pop((ns, js.uid or "", js.restarts), None)
+    def _forget_process_zero(self, js: JobSetState) -> None:
+        self._process_zero.pop(js.owner_uid or "", None)
 
     def _progress(self, ns: str, name: str, js: JobSetState,
                   source: ProgressSpec | None) -> tuple[ProgressReading | None, str | None]:
@@ -145,7 +145,7 @@ class Reconciler:
             problem, lost = None, reading is None
         self.metrics.progress_reads.labels("ok" if reading else "none").inc()
         if lost:
-            self._forget_process_zero(ns, js)  # look the pod up again next time
+            self._forget_process_zero(js)  # look the pod up again next time
         return reading, problem
 
     def _validate(self, job: dict[str, Any]) -> Verdict:
@@ -163,6 +163,7 @@ class Reconciler:
     def forget(self, uid: str | None) -> None:
         """Drop what is kept about a deleted job."""
         self._verdicts.pop(uid or "", None)
+        self._process_zero.pop(uid or "", None)
         self._refusals = {k for k in self._refusals if k[0] != (uid or "")}
 
     def report_refused(self, job: dict[str, Any], err: ApiRefused) -> None:
