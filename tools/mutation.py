@@ -128,6 +128,7 @@ MODULES: dict[str, list[str]] = {
     "trainer/tpujob_trainer/sharding.py": ["tests/trainer/test_attention.py",
                                            "tests/trainer/test_aot.py"],
     "trainer/tpujob_trainer/aot.py": ["tests/trainer/test_aot.py"],
+    "trainer/tpujob_trainer/step.py": ["tests/trainer/test_loss.py", "tests/trainer/test_model.py"],
     "operator/tpujob/cli/plan_compile.py": ["tests/plan/test_plan_compile.py"],
     "trainer/tpujob_trainer/remat.py": ["tests/plan/test_memory_request.py"],
     # The fast fakes first (-x: a mutant they kill costs no training), then real training.
