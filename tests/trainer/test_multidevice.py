@@ -4,8 +4,6 @@ processes x 4 devices wired with jax.distributed on 127.0.0.1 - all through the 
 
 from __future__ import annotations
 
-import time
-
 import numpy as np
 import pytest
 
@@ -49,24 +47,26 @@ def test_two_processes_train_and_checkpoint(tmp_path, storage, request):
 
 
 @pytest.mark.slow
-def test_a_failure_on_one_process_ends_the_whole_job_promptly(tmp_path):
+def test_a_failure_on_one_process_ends_the_whole_job(tmp_path):
     # Unshuffled, batch 3's rows 4..7 (process 1's) hold a token id the model cannot take:
     # process 1 fails alone after two steps, while process 0 waits for it in step 3's collective.
     tokens = (np.arange(24 * 64 + 1) % 251).astype(np.int32)
     tokens[21 * 64 + 10] = 300
     np.save(tmp_path / "tokens.npy", tokens)
-    t0 = time.monotonic()
+    # The signal is both processes' exit, each with its cause; how fast that comes is measured
+    # by benchmarks/peer_failure.py. Without the failure being passed on, process 1 waits in
+    # JAX's shutdown handshake (5-minute timeout) for process 0, which waits in the collective
+    # for process 1: the hang guard below fails that, and no other cause reads as this one.
     results = run_two_processes(
         [*ARGS, MESH, "train.steps=10", "checkpoint.enabled=false", "data.kind=tokens",
          f"data.path={tmp_path / 'tokens.npy'}", "data.shuffle=false", f"output={tmp_path}/out"],
-        tmp_path, timeout=120)
-    # Otherwise process 1 waits in JAX's shutdown handshake (5-minute timeout) for process 0,
-    # which waits in the collective for process 1 until JAX's heartbeat timeout (100 s).
-    assert time.monotonic() - t0 < 60
+        tmp_path, timeout=240)
     (code0, _, err0, term0), (code1, _, err1, term1) = results
     # Under heavy load JAX's coordination client sometimes aborts the failing process (SIGABRT)
     # while it leaves; its reason is written by then, and that is what the operator reads.
     assert code1 in (5, -6) and term1["reason"] == "DataError", (code1, err1[-2000:])
     assert "token id 300" in term1["message"]
+    # Process 0 stops because process 1 said why it failed (not a heartbeat timeout, nor a
+    # silent disappearance), and reports that cause.
     assert (code0, term0["reason"]) == (42, "PeerLost"), err0[-2000:]
     assert term0["message"].startswith("process 1 failed (DataError: data.path:")
