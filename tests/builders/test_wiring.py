@@ -98,3 +98,26 @@ def test_spec_env_replaces_a_standard_variable():
     assert [e["name"] for e in c["env"]].count("JAX_COORDINATOR_ADDRESS") == 1
     env = resolve_env(_pod(0, 1), c, lambda *_: None)
     assert env["JAX_COORDINATOR_ADDRESS"] == COORD
+
+
+@pytest.mark.parametrize("user, address, port", [
+    # docs/bring-your-own.md's MaxText-on-CPU form: a bare host name, to which MaxText's CPU
+    # path (initialize_jax_for_cpu) adds xpk's port 1234; the coordinator listens there.
+    ([{"name": "JAX_COORDINATOR_ADDRESS", "value": "$(TPUJOB_COORDINATOR_HOST)"}], COORD, "1234"),
+    ([{"name": "JAX_COORDINATOR_ADDRESS", "value": "coordinator"}], "coordinator", "1234"),
+    # An address with its port, or a port of the job's own: as given.
+    ([{"name": "JAX_COORDINATOR_ADDRESS", "value": "$(TPUJOB_COORDINATOR_HOST):9999"}],
+     f"{COORD}:9999", "8482"),
+    ([{"name": "JAX_COORDINATOR_ADDRESS", "value": "$(TPUJOB_COORDINATOR_HOST)"},
+      {"name": "JAX_COORDINATOR_PORT", "value": "7777"}], COORD, "7777"),
+    ([], f"{COORD}:8482", "8482"),
+])
+def test_a_bare_coordinator_host_gets_the_port_its_program_adds(user, address, port):
+    """The port in JAX_COORDINATOR_PORT is where process 0's coordinator listens: the local
+    executor binds it there, and a program that adds its own port to a bare host name must
+    find it there."""
+    (c,) = _containers("v6e-8", env=user)
+    names = [e["name"] for e in c["env"]]
+    assert names.count("JAX_COORDINATOR_ADDRESS") == names.count("JAX_COORDINATOR_PORT") == 1
+    env = resolve_env(_pod(0, 1), c, lambda *_: None)
+    assert (env["JAX_COORDINATOR_ADDRESS"], env["JAX_COORDINATOR_PORT"]) == (address, port)

@@ -12,9 +12,11 @@ import signal
 from pathlib import Path
 
 import pytest
+import yaml
 
 from tests.e2e.conftest import json_lines, unique
 from tests.support.apiserver import wait_for
+from tpujob.api.resource import load_job
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 CONTROL_PLANES = ("embedded", "real")
@@ -66,6 +68,7 @@ def test_a_program_resolves_pod_host_names_it_builds_itself(local):
 
 # -- MaxText from PyPI ---------------------------------------------------------------------------
 
+REPO = Path(__file__).resolve().parents[2]
 MAXTEXT_STEP = re.compile(r"completed step: (\d+), seconds: ")
 MAXTEXT_TINY = {
     "hardware": "cpu", "dataset_type": "synthetic", "enable_goodput_recording": "false",
@@ -89,20 +92,37 @@ def maxtext():
         pytest.fail(f"MaxText's environment could not be built: {err}")
 
 
+def documented_maxtext_job() -> dict:
+    """The MaxText-in-local-mode job of docs/bring-your-own.md, as a user would copy it."""
+    text = (REPO / "docs" / "bring-your-own.md").read_text()
+    block = text.split("<!-- maxtext-local-job -->\n```yaml\n", 1)[1].split("```", 1)[0]
+    return yaml.safe_load(block)
+
+
 def maxtext_job(marker: dict, name: str, output: Path) -> dict:
+    """The documented job, with this machine's MaxText environment, a tiny model and a kill
+    test's restart policy; its env and progress exactly as documented."""
+    spec = documented_maxtext_job()["spec"]
     args = [marker["base_yml"], f"run_name={name}", f"base_output_directory={output}",
             *(f"{k}={v}" for k, v in MAXTEXT_TINY.items())]
-    return {
-        "slice": "v6e-8", "image": "maxtext:0.2.4", "output": str(output),
-        "trainer": {"command": [marker["python"], "-m", marker["train_module"]], "args": args,
-                    "progress": {"source": "log", "format": "maxtext"}},
-        # MaxText's CPU path resolves JAX_COORDINATOR_ADDRESS as a host name and adds its port.
-        "env": [{"name": "JAX_COORDINATOR_ADDRESS", "value": "$(TPUJOB_COORDINATOR_HOST)"},
-                {"name": "JAX_COORDINATOR_PORT", "value": "1234"},  # MaxText's fixed CPU port
-                {"name": "DECOUPLE_GCLOUD", "value": "TRUE"},
-                {"name": "PYTHONPATH", "value": ""}],
-        "restartPolicy": {"maxRestarts": 2}, "firstStepTimeoutSeconds": 600,
-    }
+    spec["trainer"]["command"] = [marker["python"], "-m", marker["train_module"]]
+    spec["trainer"]["args"] = args
+    return {**spec, "output": str(output), "restartPolicy": {"maxRestarts": 2},
+            "firstStepTimeoutSeconds": 600}
+
+
+def test_the_documented_maxtext_job_is_the_one_run_below():
+    """The MaxText settings the docs show are those the test below runs with (it adds only a
+    tiny model and checkpoints), and the docs need no coordinator port."""
+    job = documented_maxtext_job()
+    load_job({**job, "metadata": {**job["metadata"], "namespace": "default"}})  # a valid job
+    spec = job["spec"]
+    assert spec["trainer"]["command"][1:] == ["-m", "maxtext.trainers.pre_train.train"]
+    shown = dict(a.split("=", 1) for a in spec["trainer"]["args"][1:])
+    assert {k: v for k, v in shown.items() if k not in ("run_name", "base_output_directory")} \
+        == {k: str(MAXTEXT_TINY[k]) for k in shown if k in MAXTEXT_TINY}
+    assert set(shown) - {"run_name", "base_output_directory"} <= set(MAXTEXT_TINY)
+    assert "JAX_COORDINATOR_PORT" not in {e["name"] for e in spec["env"]}
 
 
 def maxtext_steps(path: Path) -> list[int]:

@@ -32,6 +32,7 @@ from tpujob_trainer.env import CONTAINER_INDEX, CONTAINERS_PER_HOST, HOST_INDEX,
 
 SLICE_INDEX_FIELD = f"metadata.labels['{JOBSET_LABEL_JOB_INDEX}']"
 HOST_INDEX_FIELD = f"metadata.annotations['{JOB_COMPLETION_INDEX_ANNOTATION}']"
+XPK_CPU_COORDINATOR_PORT = 1234  # the port MaxText's CPU path adds to a bare host, as xpk's does
 JOB_INDEX_ENV = "JOB_INDEX"  # the slice index, as xpk names it
 
 
@@ -128,6 +129,20 @@ def build_tpu_process_env(jobset_name: str, plan: SlicePlan, container_index: in
 def merge_env(operator_env: list[dict], user_env: list[dict]) -> list[dict]:
     """The operator's variables, less any the job's spec.env sets itself (the user's value
     wins: e.g. MaxText on CPU wants JAX_COORDINATOR_ADDRESS as a bare host name), then the
-    user's, in order. Reserved names (TPUJOB_*, MEGASCALE_*, ...) never reach here."""
-    mine = {e["name"] for e in user_env}
-    return [e for e in operator_env if e["name"] not in mine] + list(user_env)
+    user's, in order. Reserved names (TPUJOB_*, MEGASCALE_*, ...) never reach here.
+
+    A bare host name in the job's JAX_COORDINATOR_ADDRESS is xpk's CPU form, to which the
+    program adds xpk's port itself (MaxText's `initialize_jax_for_cpu`: port 1234), so process
+    0's coordinator listens there: JAX_COORDINATOR_PORT says so (unless the job sets it), and
+    the local executor binds the coordinator on it."""
+    mine = {e["name"]: e for e in user_env}
+    address = mine.get("JAX_COORDINATOR_ADDRESS", {})
+    bare_host = "value" in address and ":" not in str(address["value"])
+    merged = []
+    for e in operator_env:
+        if e["name"] in mine:
+            continue
+        if e["name"] == "JAX_COORDINATOR_PORT" and bare_host:
+            e = _value("JAX_COORDINATOR_PORT", XPK_CPU_COORDINATOR_PORT)
+        merged.append(e)
+    return merged + list(user_env)
