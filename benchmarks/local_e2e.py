@@ -17,9 +17,7 @@ import argparse
 import copy
 import json
 import os
-import platform
 import signal
-import statistics
 import sys
 import tempfile
 import time
@@ -28,6 +26,7 @@ from typing import Any
 
 import yaml
 
+from timing_table import print_timing_table
 from tpujob.local.session import LocalCluster, LocalSettings
 from tpujob_trainer.gcs_env import set_gcs_emulator_env
 
@@ -126,16 +125,7 @@ def main() -> int:
             runs.append(measure(cluster, f"bench-{i}"))
             print(f"run {i + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in runs[-1].items()),
                   file=sys.stderr, flush=True)
-    load_after = os.getloadavg()
-    print(f"machine: {os.cpu_count()} cores, {platform.machine()}, Python "
-          f"{platform.python_version()}; load average (1/5/15 min) before "
-          f"{'/'.join(f'{x:.1f}' for x in load_before)}, after "
-          f"{'/'.join(f'{x:.1f}' for x in load_after)}\n")
-    print("| interval | median | min | max |\n|---|---|---|---|")
-    for key, label in LABELS.items():
-        values = [r[key] for r in runs]
-        print(f"| {label} | {statistics.median(values):.2f} s | {min(values):.2f} s | "
-              f"{max(values):.2f} s |")
+    print_timing_table(runs, LABELS, load_before)
     return 0
 
 

@@ -17,8 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -26,6 +24,8 @@ import time
 from pathlib import Path
 
 import numpy as np
+
+from timing_table import print_timing_table
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -89,16 +89,7 @@ def main() -> int:
             runs.append(measure(Path(tmp)))
         print(f"run {i + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in runs[-1].items()),
               file=sys.stderr, flush=True)
-    load_after = os.getloadavg()
-    print(f"machine: {os.cpu_count()} cores, {platform.machine()}, Python "
-          f"{platform.python_version()}; load average (1/5/15 min) before "
-          f"{'/'.join(f'{x:.1f}' for x in load_before)}, after "
-          f"{'/'.join(f'{x:.1f}' for x in load_after)}\n")
-    print("| interval | median | min | max |\n|---|---|---|---|")
-    for key, label in LABELS.items():
-        values = [r[key] for r in runs]
-        print(f"| {label} | {statistics.median(values):.2f} s | {min(values):.2f} s | "
-              f"{max(values):.2f} s |")
+    print_timing_table(runs, LABELS, load_before)
     return 0
 
 
