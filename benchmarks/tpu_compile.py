@@ -50,6 +50,13 @@ MODELS = {
     # 32 layers: compare per layer.
     "llama3-8b-4l": dict(vocab_size=128256, d_model=4096, n_layers=4, n_heads=32, n_kv_heads=8,
                          head_dim=128, mlp_dim=14336),
+    # Mixtral's layer shape scaled to d_model 2048 (8 experts, top 2, expert MLP 8192, 16/8 heads
+    # of 128, vocab 32000), 4 layers, every layer MoE. MaxText: decoder_block mixtral, dropless
+    # routing by its megablox grouped-matmul kernel (its TPU default); tpujob: capacity-based
+    # routing (capacity factor 1.25, tokens over capacity dropped).
+    "mixtral-2048-4l": dict(vocab_size=32000, d_model=2048, n_layers=4, n_heads=16, n_kv_heads=8,
+                            head_dim=128, mlp_dim=8192,
+                            moe=dict(num_experts=8, experts_per_token=2, mlp_dim=8192)),
 }
 
 # name: (model, slice, slices, global batch, seq)
@@ -60,6 +67,7 @@ ROWS = {
     "1b-tpu7x8-s2048": ("decoder-1b", "tpu7x-8", 1, 32, 2048),
     "1b-2xv6e8-s2048": ("decoder-1b", "v6e-8", 2, 64, 2048),
     "8b4l-v6e8-s8192": ("llama3-8b-4l", "v6e-8", 1, 8, 8192),
+    "moe-v6e8-s2048": ("mixtral-2048-4l", "v6e-8", 1, 32, 2048),
 }
 
 
@@ -113,6 +121,7 @@ def maxtext_compile(model: dict, slice_name: str, slices: int, batch: int, seq: 
             f"base_num_query_heads={model['n_heads']}", f"base_num_kv_heads={model['n_kv_heads']}",
             f"head_dim={model['head_dim']}", f"base_mlp_dim={model['mlp_dim']}",
             f"vocab_size={model['vocab_size']}", f"max_target_length={seq}",
+            *_maxtext_moe(model),
             f"per_device_batch_size={batch / devices:g}", "ici_fsdp_parallelism=-1",
             *(["dcn_data_parallelism=-1"] if slices > 1 else []),
             "remat_policy=full", "dtype=bfloat16", "weight_dtype=float32", "scan_layers=true",
@@ -141,6 +150,15 @@ def maxtext_compile(model: dict, slice_name: str, slices: int, batch: int, seq: 
     return out
 
 
+def _maxtext_moe(model: dict) -> list[str]:
+    moe = model.get("moe")
+    if not moe:
+        return []
+    return ["decoder_block=mixtral", f"num_experts={moe['num_experts']}",
+            f"num_experts_per_tok={moe['experts_per_token']}",
+            f"base_moe_mlp_dim={moe['mlp_dim']}"]
+
+
 def _devices(slice_name: str) -> int:
     from tpujob_plan.slice_plan import plan_slice
 
@@ -164,7 +182,7 @@ def _ratio(a: float | None, b: float | None) -> str:
 
 
 def table(rows: list[dict]) -> str:
-    head = ("| row | slice | batch x seq | HBM MaxText | HBM tpujob | ratio (goal <= 0.95) "
+    head = ("| model | slice | batch x seq | HBM MaxText | HBM tpujob | ratio (goal <= 0.95) "
             "| temporaries MaxText / tpujob | bytes accessed MaxText / tpujob (ratio, goal <= 1) "
             "| FLOPs MaxText / tpujob | cost model (s) MaxText / tpujob | compile s MaxText / tpujob |")
     lines = [head, "|" + "---|" * 11]
