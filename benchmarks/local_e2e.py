@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from timing_table import print_timing_table
+from timing_table import print_run, print_timing_table
 from tpujob.local.session import LocalCluster, LocalSettings
 from tpujob_trainer.gcs_env import set_gcs_emulator_env
 
@@ -123,8 +123,7 @@ def main() -> int:
         set_gcs_emulator_env(cluster.gcs.url)  # this process reads the checkpoints too
         for i in range(args.repeat):
             runs.append(measure(cluster, f"bench-{i}"))
-            print(f"run {i + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in runs[-1].items()),
-                  file=sys.stderr, flush=True)
+            print_run(i, runs[-1])
     print_timing_table(runs, LABELS, load_before)
     return 0
 

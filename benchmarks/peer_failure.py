@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from timing_table import print_timing_table
+from timing_table import print_run, print_timing_table
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -87,8 +87,7 @@ def main() -> int:
     for i in range(args.repeat):
         with tempfile.TemporaryDirectory(prefix="tpujob-bench-") as tmp:
             runs.append(measure(Path(tmp)))
-        print(f"run {i + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in runs[-1].items()),
-              file=sys.stderr, flush=True)
+        print_run(i, runs[-1])
     print_timing_table(runs, LABELS, load_before)
     return 0
 

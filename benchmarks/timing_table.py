@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 import platform
 import statistics
+import sys
 
 
 def print_timing_table(runs: list[dict[str, float]], labels: dict[str, str],
@@ -20,3 +21,9 @@ def print_timing_table(runs: list[dict[str, float]], labels: dict[str, str],
         values = [r[key] for r in runs]
         print(f"| {label} | {statistics.median(values):.2f} s | {min(values):.2f} s | "
               f"{max(values):.2f} s |")
+
+
+def print_run(index: int, run: dict[str, float]) -> None:
+    """One run's intervals, on stderr, as the runs go."""
+    print(f"run {index + 1}: " + ", ".join(f"{k} {v:.2f} s" for k, v in run.items()),
+          file=sys.stderr, flush=True)
