@@ -103,3 +103,76 @@ def test_plan_compile_needs_a_model():
     r = _tpujob("plan", "v6e-8", "--compile")
     assert r.returncode == 2
     assert "--compile: needs a model" in r.stderr
+
+
+class _Mesh:
+    def __init__(self, valid: bool):
+        self.valid = valid
+
+
+class _Memory:
+    usable_bytes = 100
+    per_device_bytes = 50
+
+
+class _Result:
+    def __init__(self, name="v6e-8", ok=True, fits=True, mesh_valid=True, batch_error=None,
+                 memory=True):
+        self.requested, self.ok, self.fits = name, ok, fits
+        self.mesh = _Mesh(mesh_valid)
+        self.batch_error = batch_error
+        self.memory = _Memory() if memory else None
+
+
+@pytest.mark.parametrize("result,want", [
+    (_Result(), True),
+    (_Result(fits=False), True),            # the estimate says no: the compiler decides
+    (_Result(ok=False), False),
+    (_Result(mesh_valid=False), False),
+    (_Result(batch_error="does not split"), False),
+    (_Result(memory=False), False),         # no model: nothing to compile
+])
+def test_what_is_compiled(result, want):
+    from tpujob.cli.plan_compile import compilable
+
+    assert compilable(result) is want
+
+
+FITS, TOO_BIG, FAILED = {"hbm_bytes": 90}, {"hbm_bytes": 101}, {"error": "x"}
+
+
+@pytest.mark.parametrize("results,compiled,want", [
+    ([_Result()], {}, 0),
+    ([_Result(fits=False)], {}, 2),
+    ([_Result(fits=False)], {"v6e-8": FITS}, 0),     # the compiler's verdict replaces the estimate's
+    ([_Result()], {"v6e-8": TOO_BIG}, 2),
+    ([_Result()], {"v6e-8": FAILED}, 2),
+    ([_Result(), _Result("bad", ok=False)], {"v6e-8": FITS}, 1),
+    ([_Result(), _Result("v5p-8", fits=False)], {"v6e-8": FITS}, 2),
+])
+def test_exit_status(results, compiled, want):
+    from tpujob.cli.plan_compile import exit_status
+
+    assert exit_status(results, compiled) == want
+
+
+def test_the_compiled_lines_read_the_compilers_figures():
+    class Memory:
+        usable_bytes = 10 * 2**30
+        per_device_bytes = 3 * 2**30
+
+    class Result:
+        memory = Memory()
+
+    lines = compile_lines(Result(), {
+        "hbm_bytes": 2 * 2**30, "argument_bytes": 2**30, "temp_bytes": 2**30 // 10 + 1,
+        "flops": 1.5e12, "bytes_accessed": 2.5e9, "optimal_seconds": 0.0123,
+        "cost_model_note": "valid", "compile_s": 42.4})
+    assert lines == [
+        "  compiled        2.00 GiB/device by the TPU compiler (fits; the estimate 3.00 GiB is "
+        "+50% off): arguments 1.00 GiB, temporaries 0.10 GiB",
+        "  compiled step   1.50 TFLOP and 2.5 GB accessed per device; cost model: 12.3 ms/step; "
+        "compiled in 42 s"]
+    assert size(2**30 // 10 - 1) == "102.4 MiB"
+    failed = compile_lines(Result(), {"error": "the compile did not run (exit 1): boom"})
+    assert failed == ["  compiled        FAILED: the compile did not run (exit 1): boom"]

@@ -55,7 +55,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    from tpujob.cli.plan_compile import compiled_fits
+    from tpujob.cli.plan_compile import exit_status
     from tpujob.cli.plan_render import render_table
     from tpujob_plan.errors import PlanError
 
@@ -82,11 +82,4 @@ def run(args: argparse.Namespace) -> int:
     for r in results:
         if not r.ok:
             print(f"error: {r.error}", file=sys.stderr)
-    if any(not r.ok for r in results):
-        return 1
-    if any(not r.fits for r in results):
-        return 2
-    if any("error" in c or not compiled_fits(r, c) for r in results
-           if (c := compiled.get(r.requested)) is not None):
-        return 2
-    return 0
+    return exit_status(results, compiled)

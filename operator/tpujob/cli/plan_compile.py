@@ -107,12 +107,34 @@ def compile_lines(result: SliceResult, compiled: dict) -> list[str]:
     ]
 
 
+def compilable(r: SliceResult) -> bool:
+    """A slice whose step can be compiled: planned, with a model, a valid mesh and a batch that
+    splits. The estimate's verdict does not matter: the compiler's replaces it."""
+    return (r.ok and r.memory is not None and (r.mesh is None or r.mesh.valid)
+            and r.batch_error is None)
+
+
+def exit_status(results: list[SliceResult], compiled: dict[str, dict]) -> int:
+    """`tpujob plan`'s exit status: 1 for an invalid slice name; 2 for a mesh, a batch or a model
+    that does not fit, by the compiler where the step was compiled (a failed compile counts as
+    not fitting), else by the estimate; 0 when all is well."""
+    if any(not r.ok for r in results):
+        return 1
+    for r in results:
+        c = compiled.get(r.requested)
+        if c is None and not r.fits:
+            return 2
+        if c is not None and not compiled_fits(r, c):
+            return 2
+    return 0
+
+
 def compile_all(results: list[SliceResult], request: PlanRequest,
                 model_file: str | None) -> dict[str, dict]:
-    """Compile for every planned slice with a model; by requested name."""
+    """Compile for every compilable slice (`compilable`); by requested name."""
     out = {}
     for r in results:
-        if r.ok and r.memory is not None and r.fits:
+        if compilable(r):
             print(f"compiling the step for {r.plan.slice_type.name} with the TPU compiler ...",
                   file=sys.stderr, flush=True)
             out[r.requested] = compile_one(r, request, model_file)
