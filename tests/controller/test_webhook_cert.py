@@ -41,7 +41,7 @@ def test_a_renewed_certificate_or_key_is_noticed(tmp_path):
 
 def test_without_the_webhook_or_with_it_insecure_nothing_is_watched(tmp_path):
     for op in (Operator(OperatorSettings(http_port=None), client.Configuration()),
-               _operator(tmp_path, extra={"webhook_insecure": True})):
+               _operator(tmp_path, webhook_insecure=True)):
         _write(tmp_path / "tls.crt", os.urandom(8).hex())
         assert not op.webhook_cert_changed()
 

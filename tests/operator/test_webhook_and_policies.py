@@ -52,7 +52,7 @@ def _job(**spec) -> dict:
 def test_webhook_refuses_impossible_jobs_and_running_changes(cluster):
     port = _free_port()
     op = start_operator(cluster, webhook=True, webhook_host="127.0.0.1", webhook_port=port,
-                        extra={"webhook_insecure": True})
+                        webhook_insecure=True)
     def listening() -> bool:
         with socket.socket() as s:
             return s.connect_ex(("127.0.0.1", port)) == 0

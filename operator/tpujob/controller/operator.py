@@ -154,7 +154,7 @@ class Operator:
     # -- the webhook's certificate --------------------------------------------------------
     def _webhook_cert_files(self) -> list[str]:
         s = self.settings
-        if not s.webhook or s.extra.get("webhook_insecure"):
+        if not s.webhook or s.webhook_insecure:
             return []
         cert_dir = s.webhook_cert_dir.rstrip("/")
         return [f"{cert_dir}/tls.crt", f"{cert_dir}/tls.key"]
@@ -335,7 +335,7 @@ class Operator:
         ks.scanning.disabled = not s.clusterwide   # listing CRDs needs cluster-wide rights
         if s.webhook:
             cert_dir = s.webhook_cert_dir.rstrip("/")
-            insecure = bool(s.extra.get("webhook_insecure"))
+            insecure = s.webhook_insecure
             ks.admission.server = kopf.WebhookServer(
                 addr=s.webhook_host, port=s.webhook_port, insecure=insecure,
                 certfile=None if insecure else f"{cert_dir}/tls.crt",

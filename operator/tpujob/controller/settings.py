@@ -3,7 +3,7 @@ and the admission webhook. One frozen dataclass, filled from the command line.""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 
@@ -32,7 +32,9 @@ class OperatorSettings:
     watch_client_timeout_s: int = 330
     watch_connect_timeout_s: int = 30
     log_format: str = "text"                  # text or json
-    extra: dict[str, Any] = field(default_factory=dict)
+    # Serve the admission webhook over plain HTTP, with no certificate (tests only: the API
+    # server calls admission webhooks over HTTPS).
+    webhook_insecure: bool = False
 
     @property
     def clusterwide(self) -> bool:
