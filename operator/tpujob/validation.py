@@ -16,8 +16,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from tpujob.api.patterns import DNS_LABEL_PATTERN
 from tpujob.api.resource import InvalidJobError, TpuTrainingJob, load_job
-from tpujob.api.spec import DNS_LABEL_PATTERN
 from tpujob.builders.names import host_fqdn
 from tpujob.builders.trainer_config import build_trainer_config
 from tpujob.maxtext_args import CHECKED_AXES, read_maxtext_settings

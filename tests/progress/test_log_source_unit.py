@@ -3,7 +3,7 @@ and what one look reports (a reading, a problem, or nothing yet)."""
 
 import pytest
 
-from tpujob.api.spec import ProgressSpec
+from tpujob.api.trainer_spec import ProgressSpec
 from tpujob.controller.log_source import (
     SINCE_SECONDS,
     TAIL_LINES,

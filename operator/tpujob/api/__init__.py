@@ -2,6 +2,16 @@
 status, the loader that names bad fields, and the CRD generated from them (`tpujob.api.crd`)."""
 
 from tpujob.api.base import format_errors
+from tpujob.api.env_vars import (
+    ConfigMapKeySelector,
+    EnvVar,
+    EnvVarSource,
+    ObjectFieldSelector,
+    ResourceFieldSelector,
+    SecretKeySelector,
+)
+from tpujob.api.parallelism import MeshAxis, Parallelism
+from tpujob.api.recovery import RestartPolicy, StallAction
 from tpujob.api.resource import (
     API_VERSION,
     CRD_NAME,
@@ -15,27 +25,7 @@ from tpujob.api.resource import (
     load_job,
     load_spec,
 )
-from tpujob.api.spec import (
-    ConfigMapKeySelector,
-    DataKind,
-    DataSpec,
-    EnvVar,
-    EnvVarSource,
-    MeshAxis,
-    ObjectFieldSelector,
-    Parallelism,
-    ResourceFieldSelector,
-    Resources,
-    RestartPolicy,
-    Scheduling,
-    SecretKeyRef,
-    SecretKeySelector,
-    StallAction,
-    TpuTrainingJobSpec,
-    TrainerSpec,
-    WandbMode,
-    WandbSpec,
-)
+from tpujob.api.spec import Resources, Scheduling, TpuTrainingJobSpec
 from tpujob.api.status import (
     Condition,
     ConditionStatus,
@@ -48,6 +38,14 @@ from tpujob.api.status import (
     TpuTrainingJobStatus,
     build_conditions,
     find_condition,
+)
+from tpujob.api.trainer_spec import (
+    DataKind,
+    DataSpec,
+    SecretKeyRef,
+    TrainerSpec,
+    WandbMode,
+    WandbSpec,
 )
 
 __all__ = [

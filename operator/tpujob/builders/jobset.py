@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpujob.api.spec import LocalCheckpointMedium, RestartStrategy, TpuTrainingJobSpec
+from tpujob.api.recovery import LocalCheckpointMedium, RestartStrategy
+from tpujob.api.spec import TpuTrainingJobSpec
 from tpujob.builders import names
 from tpujob.builders.fingerprint import FINGERPRINT_ANNOTATION, encode_fingerprint
 from tpujob.builders.trainer_config import build_config_map
