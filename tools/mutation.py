@@ -53,7 +53,8 @@ VALIDATION_TESTS = ["tests/builders/test_validation_pins.py", "tests/builders/te
 CONFIG_TESTS = ["tests/trainer/test_config_fields.py", "tests/trainer/test_config.py",
                 "tests/builders/test_job_file_fields.py"]
 API_TESTS = ["tests/api/test_spec_models.py", "tests/api/test_status_models.py",
-             "tests/api/test_crd.py", "tests/builders/test_job_file_fields.py"]
+             "tests/api/test_crd.py", "tests/builders/test_job_file_fields.py",
+             "tests/api/test_slice_pattern.py"]
 # Module -> the tests that cover it (pytest arguments, relative to the repository root).
 MODULES: dict[str, list[str]] = {
     "trainer/tpujob_plan/catalog.py": PLAN_TESTS,
