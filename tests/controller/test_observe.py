@@ -167,6 +167,15 @@ def test_jobset_state():
     assert not JobSetState.from_object(None).exists
 
 
+def test_a_slice_restarted_alone_counts_as_a_restart():
+    # RestartJob (JobSet v0.12): the failed Job's own count, not status.restarts, goes up.
+    js = JobSetState.from_object({
+        "spec": {"replicatedJobs": [{"name": "slice", "replicas": 3}]},
+        "status": {"restarts": 1, "replicatedJobsStatus": [
+            {"name": "slice", "jobRestarts": [0, 2, 1], "jobRestartsCountTowardsMax": [0, 1, 1]}]}})
+    assert js.restarts == 4
+
+
 def test_views_built_without_the_optional_facts_say_what_an_empty_object_says():
     """The defaults a view is built with are what the reader makes of an object that says
     nothing more: a JobSet with no spec or status, a pod of the first attempt, a progress

@@ -8,8 +8,10 @@ import base64
 
 import pytest
 
-from tpujob.local.executor.kubelet import apply_local_overrides, exit_code_of, read_tail
+from tpujob.local.executor.container_env import apply_local_overrides
+from tpujob.local.executor.kubelet import read_tail
 from tpujob.local.executor.network import LocalNetwork
+from tpujob.local.executor.pod_status import exit_code_of
 from tpujob.local.executor.podenv import (
     ContainerConfigError,
     PathMap,

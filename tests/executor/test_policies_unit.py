@@ -15,11 +15,8 @@ from tpujob.local.executor.job_controller import (
     parse_indexes,
     plan_job,
 )
-from tpujob.local.executor.jobset_controller import (
-    build_job,
-    default_jobset,
-    plan_jobset,
-)
+from tpujob.local.executor.jobset_children import build_job, default_jobset
+from tpujob.local.executor.jobset_controller import plan_jobset
 from tpujob.local.executor.pod_failure_policy import match_pod_failure_policy
 from tpujob.local.executor.success_policy import is_success_policy_met
 
@@ -75,15 +72,35 @@ def test_failure_policy(policy, status, jobs, fail, reason, counts):
     assert decision.message.endswith("(first failed job: a)")
 
 
-def test_failure_policy_names_the_earliest_failed_job_and_emulates_restart_job():
+def test_failure_policy_names_the_earliest_failed_job_and_restarts_that_job_alone():
     jobs = [failed_job("late", "BackoffLimitExceeded", at="2027-01-01T00:00:20Z"),
             failed_job("early", "BackoffLimitExceeded", at="2027-01-01T00:00:05Z")]
     spec = {"failurePolicy": {"maxRestarts": 2, "rules": [
         {"name": "one", "action": "RestartJob", "onJobFailureReasons": ["BackoffLimitExceeded"]}]}}
     decision = decide_failure(spec, {}, jobs)
-    assert (decision.job_name, decision.rule, decision.unsupported_action) == \
-        ("early", "one", "RestartJob")
+    assert (decision.job_name, decision.rule, decision.restart_job) == ("early", "one", True)
+    assert decision.reason == "RestartJobFailurePolicyAction"
     assert not decision.fail and decision.counts_towards_max
+
+
+@pytest.mark.parametrize("action, status, fail, reason, counts", [
+    ("RestartJob", {"restartsCountTowardsMax": 1,
+                    "replicatedJobsStatus": [{"name": "slice", "jobRestartsCountTowardsMax": [0, 1]}]},
+     True, "ReachedMaxRestarts", False),
+    ("RestartJob", {"replicatedJobsStatus": [{"name": "slice", "jobRestartsCountTowardsMax": [0, 1]}]},
+     False, "RestartJobFailurePolicyAction", True),
+    ("RestartJobAndIgnoreMaxRestarts", {"restartsCountTowardsMax": 2}, False,
+     "RestartJobAndIgnoreMaxRestartsFailurePolicyAction", False),
+    # RestartJobSet counts the Jobs' own counted restarts too (the RestartJob gate is on).
+    ("RestartJobSet", {"replicatedJobsStatus": [{"name": "slice", "jobRestartsCountTowardsMax": [1, 1]}]},
+     True, "ReachedMaxRestarts", False),
+], ids=["job-at-max", "job-below-max", "job-ignore-max", "jobset-counts-job-restarts"])
+def test_max_restarts_bound_jobset_and_job_restarts_together(action, status, fail, reason, counts):
+    spec = {"failurePolicy": {"maxRestarts": 2, "rules": [{"name": "r", "action": action}]}}
+    decision = decide_failure(spec, status, [failed_job("a", "BackoffLimitExceeded")])
+    assert (decision.fail, decision.reason, decision.counts_towards_max) == (fail, reason, counts)
+    assert decision.restart_job is (not fail and action.startswith("RestartJob") and
+                                    not action.startswith("RestartJobSet"))
 
 
 @pytest.mark.parametrize("operator, targets, succeeded, met", [
@@ -273,6 +290,7 @@ def test_build_job_labels_as_jobset_does():
     expected = {"jobset.sigs.k8s.io/jobset-name": "js",
                 "jobset.sigs.k8s.io/replicatedjob-name": "slice",
                 "jobset.sigs.k8s.io/restart-attempt": "0",
+                "jobset.sigs.k8s.io/job-restart-attempt": "0",
                 "jobset.sigs.k8s.io/replicatedjob-replicas": "2",
                 "jobset.sigs.k8s.io/global-replicas": "3",
                 "jobset.sigs.k8s.io/job-index": "1",
@@ -320,6 +338,29 @@ def test_jobset_creates_jobs_and_restarts_on_failure():
     plan = plan_jobset(js, [], NOW)
     assert {j["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"]
             for j in plan.create_jobs} == {"1"}
+
+
+def test_restart_job_recreates_the_failed_job_alone():
+    js = jobset(failurePolicy={"maxRestarts": 2, "rules": [{"name": "r", "action": "RestartJob"}]})
+    jobs = [_child(js, 0, 0, ready=2), _child(js, 1, 0, ready=2),
+            _child(js, 1, 1, [("Failed", "BackoffLimitExceeded")])]
+    plan = plan_jobset(js, jobs, NOW)
+    slices = plan.status["replicatedJobsStatus"][1]
+    assert (slices["jobRestarts"], slices["jobRestartsCountTowardsMax"]) == ([0, 1], [0, 1])
+    assert plan.status["restarts"] == 0 and "restartsCountTowardsMax" not in plan.status
+    assert [e.reason for e in plan.events] == ["RestartJobFailurePolicyAction"]
+    assert "(first failed job: js-slice-1)" in plan.events[0].message
+    js["status"] = plan.status
+    plan = plan_jobset(js, jobs, NOW)  # the next pass: only that Job goes
+    assert [j["metadata"]["name"] for j in plan.delete_jobs] == ["js-slice-1"]
+    assert not plan.create_jobs
+    plan = plan_jobset(js, jobs[:2], NOW)  # once it is gone, it comes back, one attempt on
+    assert [j["metadata"]["name"] for j in plan.create_jobs] == ["js-slice-1"]
+    created = plan.create_jobs[0]
+    for meta in (created["metadata"], created["spec"]["template"]["metadata"]):
+        assert meta["labels"]["jobset.sigs.k8s.io/job-restart-attempt"] == "1"
+        assert meta["labels"]["jobset.sigs.k8s.io/restart-attempt"] == "0"
+    assert plan.status["replicatedJobsStatus"][1]["jobRestarts"] == [0, 1]  # carried over
 
 
 def test_jobset_completes_and_then_deletes_active_jobs():

@@ -92,6 +92,10 @@ class JobSetState:
                       if r.get("controller")), None)
         replicas = sum(int(r.get("replicas", 1)) for r in spec.get("replicatedJobs") or [])
         ready = sum(int(r.get("ready", 0)) for r in status.get("replicatedJobsStatus") or [])
+        # JobSet v0.12 counts a RestartJob restart (one slice) per Job, in
+        # replicatedJobsStatus[].jobRestarts, not in status.restarts: both are restarts here.
+        job_restarts = sum(int(n) for r in status.get("replicatedJobsStatus") or []
+                           for n in r.get("jobRestarts") or [])
         failed = _is_true(conds.get("Failed"))
         completed = _is_true(conds.get("Completed"))
         message = ""
@@ -100,7 +104,8 @@ class JobSetState:
                 message = conds[kind].get("message") or ""
                 break
         return cls(exists=True, uid=meta.get("uid"), owner_uid=owner,
-                   suspended=bool(spec.get("suspend")), restarts=int(status.get("restarts", 0)),
+                   suspended=bool(spec.get("suspend")),
+                   restarts=int(status.get("restarts", 0)) + job_restarts,
                    completed=completed, failed=failed, message=message, ready_jobs=ready,
                    jobs=replicas, queue_name=(meta.get("labels") or {}).get(
                        names.KUEUE_QUEUE_LABEL),

@@ -27,15 +27,9 @@ import requests
 from . import keys
 from .client import CONFIGMAPS, EVENTS, JOBS, JOBSETS, PODS, SECRETS, SERVICES, ApiError, KubeApi
 from .job_controller import JobPlan, plan_job
-from .jobset_controller import (
-    JobSetPlan,
-    controlled_jobs,
-    default_jobset,
-    is_dns_enabled,
-    plan_jobset,
-    subdomain,
-)
-from .kubelet import Kubelet, PodRun
+from .jobset_children import default_jobset, is_dns_enabled, subdomain
+from .jobset_controller import JobSetPlan, controlled_jobs, plan_jobset
+from .kubelet import Kubelet
 from .kubelet_endpoint import KubeletEndpoint
 from .network import LocalNetwork
 from .nodes import NodePools
@@ -52,6 +46,7 @@ from .objects import (
     namespace,
     uid,
 )
+from .pod_status import PodRun
 from .settings import ExecutorSettings
 
 log = logging.getLogger(__name__)

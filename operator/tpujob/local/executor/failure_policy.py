@@ -6,6 +6,12 @@ applies when the Job's Failed condition has one of `onJobFailureReasons` (any, w
 message matches one of `onJobFailureMessagePatterns` (regular expressions, searched; any, when
 empty) and the Job belongs to one of `targetReplicatedJobs` (any, when empty). No matching rule
 means RestartJobSet; no failurePolicy at all means the JobSet fails.
+
+RestartJob and RestartJobAndIgnoreMaxRestarts (v0.12, with its RestartJob feature gate on, as
+local mode runs it) restart only the failed Job: its entry of `jobRestarts` (and of
+`jobRestartsCountTowardsMax`) in `replicatedJobsStatus` goes up by one, and `maxRestarts`
+bounds the JobSet's restarts and the Jobs' counted restarts together
+(`pkg/controllers/failure_policy.go`: `totalRestartsCountTowardsMax`).
 """
 
 from __future__ import annotations
@@ -18,17 +24,12 @@ from . import keys
 from .keys import FailurePolicyAction
 from .objects import find_condition, labels, name, parse_time
 
-# Job-level restarts (RestartJob, v0.12) are emulated by restarting the whole JobSet.
-_JOB_LEVEL_FALLBACK = {
-    FailurePolicyAction.RESTART_JOB: FailurePolicyAction.RESTART_JOBSET,
-    FailurePolicyAction.RESTART_JOB_IGNORE_MAX: FailurePolicyAction.RESTART_JOBSET_IGNORE_MAX,
-}
-
 
 @dataclass(frozen=True)
 class FailureDecision:
-    """What to do about failed child Jobs: fail the JobSet (with a condition reason and message)
-    or restart it (counting towards maxRestarts or not)."""
+    """What to do about failed child Jobs: fail the JobSet (with a condition reason and message),
+    restart it, or restart only the Job `job_name` (`restart_job`); a restart counts towards
+    maxRestarts or not."""
 
     fail: bool
     reason: str
@@ -36,7 +37,7 @@ class FailureDecision:
     counts_towards_max: bool = False
     rule: str | None = None
     job_name: str = ""
-    unsupported_action: str | None = None  # a rule action emulated by a whole-JobSet restart
+    restart_job: bool = False
 
 
 def job_failure(job: dict[str, Any]) -> dict[str, Any] | None:
@@ -95,6 +96,13 @@ def _with_job(message: str, job: dict[str, Any]) -> str:
     return f"{message} (first failed job: {name(job)})"
 
 
+def total_restarts_towards_max(status: dict[str, Any]) -> int:
+    """The JobSet's counted restarts and every Job's counted restarts (RestartJob) together."""
+    return int(status.get("restartsCountTowardsMax") or 0) + sum(
+        int(n) for rjs in status.get("replicatedJobsStatus") or []
+        for n in rjs.get("jobRestartsCountTowardsMax") or [])
+
+
 def decide_failure(spec: dict[str, Any], status: dict[str, Any],
                    failed_jobs: list[dict[str, Any]]) -> FailureDecision:
     """Apply the JobSet's failure policy to its failed child Jobs (at least one)."""
@@ -110,20 +118,24 @@ def decide_failure(spec: dict[str, Any], status: dict[str, Any],
     else:
         action = rule.get("action") or FailurePolicyAction.RESTART_JOBSET
     rule_name = rule.get("name") if rule else None
-    unsupported = action if action in _JOB_LEVEL_FALLBACK else None
-    action = _JOB_LEVEL_FALLBACK.get(action, action)
+    at_max = total_restarts_towards_max(status) >= int(policy.get("maxRestarts") or 0)
     if action == FailurePolicyAction.FAIL_JOBSET:
         reason, message = keys.FAIL_JOBSET_ACTION
         return FailureDecision(True, reason, _with_job(message, job), rule=rule_name,
                                job_name=name(job))
-    if action == FailurePolicyAction.RESTART_JOBSET_IGNORE_MAX:
-        reason, message = keys.RESTART_JOBSET_IGNORE_MAX_ACTION
-        return FailureDecision(False, reason, _with_job(message, job), rule=rule_name,
-                               job_name=name(job), unsupported_action=unsupported)
-    if int(status.get("restartsCountTowardsMax") or 0) >= int(policy.get("maxRestarts") or 0):
+    ignore_max = action in (FailurePolicyAction.RESTART_JOBSET_IGNORE_MAX,
+                            FailurePolicyAction.RESTART_JOB_IGNORE_MAX)
+    if at_max and not ignore_max:
         reason, message = keys.REACHED_MAX_RESTARTS
         return FailureDecision(True, reason, _with_job(message, job), rule=rule_name,
                                job_name=name(job))
-    reason, message = keys.RESTART_JOBSET_ACTION
-    return FailureDecision(False, reason, _with_job(message, job), counts_towards_max=True,
-                           rule=rule_name, job_name=name(job), unsupported_action=unsupported)
+    restart_job = action in (FailurePolicyAction.RESTART_JOB,
+                             FailurePolicyAction.RESTART_JOB_IGNORE_MAX)
+    reason, message = {
+        FailurePolicyAction.RESTART_JOBSET_IGNORE_MAX: keys.RESTART_JOBSET_IGNORE_MAX_ACTION,
+        FailurePolicyAction.RESTART_JOB: keys.RESTART_JOB_ACTION,
+        FailurePolicyAction.RESTART_JOB_IGNORE_MAX: keys.RESTART_JOB_IGNORE_MAX_ACTION,
+    }.get(action, keys.RESTART_JOBSET_ACTION)
+    return FailureDecision(False, reason, _with_job(message, job),
+                           counts_towards_max=not ignore_max, rule=rule_name,
+                           job_name=name(job), restart_job=restart_job)

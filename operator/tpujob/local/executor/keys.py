@@ -21,6 +21,8 @@ JOB_INDEX = "jobset.sigs.k8s.io/job-index"
 JOB_GLOBAL_INDEX = "jobset.sigs.k8s.io/job-global-index"
 JOB_KEY = "jobset.sigs.k8s.io/job-key"
 RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+# The Job's own restart count under RestartJob (v0.12, RestartJob feature gate on).
+JOB_RESTART_ATTEMPT = "jobset.sigs.k8s.io/job-restart-attempt"
 GROUP_NAME = "jobset.sigs.k8s.io/group-name"
 GROUP_REPLICAS = "jobset.sigs.k8s.io/group-replicas"
 JOB_GROUP_INDEX = "jobset.sigs.k8s.io/job-group-index"
@@ -57,6 +59,10 @@ RESTART_JOBSET_ACTION = ("RestartJobSetFailurePolicyAction",
 RESTART_JOBSET_IGNORE_MAX_ACTION = (
     "RestartJobSetAndIgnoreMaxRestartsFailurePolicyAction",
     "applying RestartJobSetAndIgnoreMaxRestarts failure policy action")
+RESTART_JOB_ACTION = ("RestartJobFailurePolicyAction", "applying RestartJob failure policy action")
+RESTART_JOB_IGNORE_MAX_ACTION = (
+    "RestartJobAndIgnoreMaxRestartsFailurePolicyAction",
+    "applying RestartJobAndIgnoreMaxRestarts failure policy action")
 JOBSET_SUSPENDED = ("SuspendedJobs", "jobset is suspended")
 JOBSET_RESUMED = ("ResumeJobs", "jobset is resumed")
 STARTUP_IN_PROGRESS = ("InOrderStartupPolicyInProgress", "in order startup policy is in progress")

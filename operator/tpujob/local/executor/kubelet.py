@@ -12,99 +12,49 @@ over.
 
 from __future__ import annotations
 
-import base64
 import logging
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from tpujob.local import containerlog
 from tpujob.local.apiserver.podlogs import ContainerLog, LogUnavailable
-from tpujob_trainer import env as trainer_env
 
 from . import keys
+from .container_env import (
+    apply_local_overrides,
+    build_start_error_message,
+    resolve_executable,
+    with_addresses,
+    write_items,
+)
 from .keys import PodPhase
 from .network import LocalNetwork
-from .objects import find_condition, format_time, is_deleting, is_pod_terminal, meta, uid
+from .objects import format_time, is_deleting, is_pod_terminal, meta, uid
 from .pod_dns import build_hosts_file, can_bind_hosts, read_machine_hosts, wrap_with_hosts
+from .pod_status import (
+    ContainerRun,
+    PodRun,
+    build_lost_status,
+    build_pod_status,
+    exit_code_of,
+    has_started,
+    is_init_done,
+    pod_outcome,
+    should_restart,
+)
 from .podenv import ContainerConfigError, Lookup, PathMap, expand_command, resolve_env
 from .settings import ExecutorSettings
 from .spawn import popen_tied
 from .tpu_webhook import build_local_jax_env, build_tpu_webhook_env
 
 log = logging.getLogger(__name__)
-
-NOT_LOCATED = "The container could not be located when the pod was terminated"
-
-
-@dataclass
-class ContainerRun:
-    """One container of a running pod, across its restarts."""
-
-    spec: dict[str, Any]
-    dir: Path
-    init: bool = False
-    restart_count: int = 0
-    proc: subprocess.Popen | None = None
-    log_path: Path | None = None
-    started_at: float | None = None
-    terminated: dict[str, Any] | None = None
-    last_terminated: dict[str, Any] | None = None
-    waiting: tuple[str, str] | None = ("ContainerCreating", "")
-    next_start: float = 0.0
-    _pump: threading.Thread | None = None  # copies the output into the log while it runs
-
-    @property
-    def name(self) -> str:
-        return self.spec["name"]
-
-    @property
-    def term_path(self) -> Path:
-        return self.dir / "termination-log"
-
-    @property
-    def is_alive(self) -> bool:
-        return self.proc is not None and self.terminated is None
-
-
-@dataclass
-class PodRun:
-    """A pod this kubelet admitted: its address, directory and containers."""
-
-    pod: dict[str, Any]
-    ip: str
-    dir: Path
-    containers: list[ContainerRun]
-    init_containers: list[ContainerRun]
-    admitted_at: float
-    volumes: dict[str, Path] | None = None
-    stop_deadline: float | None = None  # set once stopping: SIGKILL after it
-    gone: bool = False  # the pod object no longer exists
-    error: tuple[str, str] | None = None  # why containers cannot start yet
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return meta(self.pod).get("namespace", ""), meta(self.pod).get("name", "")
-
-    @property
-    def stopping(self) -> bool:
-        return self.stop_deadline is not None
-
-    def live(self) -> list[ContainerRun]:
-        return [c for c in self.init_containers + self.containers if c.is_alive]
-
-
-def exit_code_of(returncode: int) -> int:
-    """A container runtime's exit code: 128 + N for a process killed by signal N."""
-    return returncode if returncode >= 0 else 128 - returncode
 
 
 def read_tail(path: Path, max_lines: int, max_bytes: int) -> str:
@@ -166,7 +116,7 @@ class Kubelet:
                 return None
             if uid(pod) in self.finished:  # its final status has not been written yet
                 return build_pod_status(self.finished[uid(pod)], now)
-            if _has_started(pod):  # started by an earlier executor: its processes are gone
+            if has_started(pod):  # started by an earlier executor: its processes are gone
                 return build_lost_status(pod, now)
             if is_deleting(pod):
                 return build_lost_status(pod, now, started=False)
@@ -231,7 +181,7 @@ class Kubelet:
                                    ("Secret", "secret", "secretName")):
                 source = volume.get(key)
                 if source is not None:
-                    _write_items(kind, source, source.get(ref, ""), ns, target, self.lookup)
+                    write_items(kind, source, source.get(ref, ""), ns, target, self.lookup)
             volumes[volume["name"]] = target
         run.volumes = volumes
         return volumes
@@ -263,11 +213,11 @@ class Kubelet:
                 for c in run.live():
                     _signal_group(c.proc, signal.SIGKILL)
             return
-        if _pod_outcome(run) is not None:
+        if pod_outcome(run) is not None:
             return
         restart = (run.pod.get("spec") or {}).get("restartPolicy", "Always")
         for c in run.init_containers + run.containers:
-            if c.terminated is not None and _should_restart(c, restart):
+            if c.terminated is not None and should_restart(c, restart):
                 if c.next_start == 0.0:
                     delay = min(self.settings.container_backoff_s * 2 ** c.restart_count, 300)
                     c.next_start = now + delay
@@ -278,7 +228,7 @@ class Kubelet:
                     c.restart_count += 1
                     c.next_start = 0.0
                     self._start(run, c, now)
-        pending_init = [c for c in run.init_containers if not _init_done(c)]
+        pending_init = [c for c in run.init_containers if not is_init_done(c)]
         if pending_init:
             first = pending_init[0]
             if first.proc is None and first.terminated is None:
@@ -308,7 +258,7 @@ class Kubelet:
             c.terminated = {
                 "exitCode": 128, "reason": "StartError", "startedAt": format_time(now),
                 "finishedAt": format_time(now),
-                "message": _start_error_message(c.spec, argv)}
+                "message": build_start_error_message(c.spec, argv)}
             return
         workdir = paths.host_path(c.spec.get("workingDir") or "") or str(c.dir)
         Path(workdir).mkdir(parents=True, exist_ok=True)
@@ -401,7 +351,7 @@ class Kubelet:
         base["PATH"] = os.pathsep.join(p for p in (venv_bin, base.get("PATH")) if p)
         base.update(self.settings.extra_env)
         base["HOSTNAME"] = spec.get("hostname") or run.key[1]
-        pod = _with_addresses(run.pod, run.ip)
+        pod = with_addresses(run.pod, run.ip)
         ns = run.key[0]
         # What GKE's TPU webhook would have added to the pod spec (the container's own env wins).
         webhook = build_tpu_webhook_env(pod, self._owner_job(pod))
@@ -462,108 +412,6 @@ class Kubelet:
                     for run in self.runs.values() for c in run.live()]
 
 
-# -- local environment -----------------------------------------------------------------------
-
-def apply_local_overrides(env: dict[str, str], ip: str, termination_log: str,
-                          settings: ExecutorSettings) -> dict[str, str]:
-    """What changes when a TPU container runs as a CPU process here: the address to bind, the
-    termination log, JAX on CPU, and CPU devices per process (with the optional scale-down)."""
-    env = dict(env)
-    env[trainer_env.BIND_ADDRESS] = ip
-    env[trainer_env.TERMINATION_LOG] = termination_log
-    if settings.jax_platforms:
-        env["JAX_PLATFORMS"] = settings.jax_platforms
-    try:
-        processes = int(env.get(trainer_env.PROCESS_COUNT) or 1)
-        expected = int(env[trainer_env.EXPECTED_DEVICES]) \
-            if env.get(trainer_env.EXPECTED_DEVICES) else None
-    except ValueError:
-        return env  # malformed: the trainer reports it
-    if settings.cpu_devices_per_process:
-        env[trainer_env.CPU_DEVICES] = str(settings.cpu_devices_per_process)
-        if expected is not None:
-            env[trainer_env.EXPECTED_DEVICES] = str(settings.cpu_devices_per_process * processes)
-    elif expected is not None and processes > 0 and expected % processes == 0 and \
-            not env.get(trainer_env.CPU_DEVICES):
-        env[trainer_env.CPU_DEVICES] = str(expected // processes)
-    return _local_jax_env(env, ip)
-
-
-def _local_jax_env(env: dict[str, str], ip: str) -> dict[str, str]:
-    """For any JAX program (not only the built-in trainer): as many CPU devices as a TPU host
-    has chips' devices (JAX's own `JAX_NUM_CPU_DEVICES`), and JAX's coordinator bound to the
-    pod's own address (`JAX_COORDINATOR_BIND_ADDRESS`, on the port of JAX_COORDINATOR_ADDRESS,
-    else JAX_COORDINATOR_PORT; JAX binds every interface by default, where two local jobs would
-    share the port)."""
-    if env.get(trainer_env.CPU_DEVICES) and not env.get("JAX_NUM_CPU_DEVICES"):
-        env["JAX_NUM_CPU_DEVICES"] = env[trainer_env.CPU_DEVICES]
-    coordinator = env.get("JAX_COORDINATOR_ADDRESS", "")
-    port = coordinator.rsplit(":", 1)[1] if ":" in coordinator else \
-        env.get("JAX_COORDINATOR_PORT", "")
-    if port and not env.get("JAX_COORDINATOR_BIND_ADDRESS"):
-        env["JAX_COORDINATOR_BIND_ADDRESS"] = f"{ip}:{port}"
-    return env
-
-
-def resolve_executable(spec: dict[str, Any], argv: list[str], env: dict[str, str],
-                       paths: PathMap) -> str | None:
-    """The host program for argv[0]: a mapped container path, the interpreter for python, the
-    script next to this interpreter (the venv's `tpujob-train`), else on the container's PATH.
-    None when the container has no command (its image entrypoint is unknown here)."""
-    if not spec.get("command") or not argv:
-        return None
-    program = argv[0]
-    if "/" in program:
-        mapped = paths.host_path(program) or program
-        return mapped if os.access(mapped, os.X_OK) else None
-    if program in ("python", "python3"):
-        return sys.executable
-    beside = Path(sys.executable).parent / program
-    if beside.is_file() and os.access(beside, os.X_OK):
-        return str(beside)
-    found = shutil.which(program, path=env.get("PATH"))
-    return os.path.abspath(found) if found else None
-
-
-def _start_error_message(spec: dict[str, Any], argv: list[str]) -> str:
-    if not spec.get("command"):
-        return ("the container has no command and the image's entrypoint is not known "
-                f"locally (image {spec.get('image', '')!r})")
-    return (f'failed to create containerd task: exec: "{argv[0]}": executable file not found '
-            "in $PATH")
-
-
-def _with_addresses(pod: dict[str, Any], ip: str) -> dict[str, Any]:
-    status = dict(pod.get("status") or {})
-    status.update(podIP=ip, hostIP=ip, podIPs=[{"ip": ip}], hostIPs=[{"ip": ip}])
-    return {**pod, "status": status}
-
-
-def _write_items(kind: str, source: dict[str, Any], obj_name: str, ns: str, target: Path,
-                 lookup: Lookup) -> None:
-    obj = lookup(kind, ns, obj_name)
-    if obj is None:
-        if source.get("optional"):
-            return
-        raise ContainerConfigError(f'{kind.lower()} "{obj_name}" not found')
-    data = {k: base64.b64decode(v) for k, v in (obj.get("data") or {}).items()} \
-        if kind == "Secret" else \
-        {**{k: base64.b64decode(v) for k, v in (obj.get("binaryData") or {}).items()},
-         **{k: v.encode() for k, v in (obj.get("data") or {}).items()}}
-    items = source.get("items")
-    paths = {i["key"]: i["path"] for i in items} if items else {k: k for k in data}
-    mode = int(source.get("defaultMode", 0o644))
-    for key, rel in paths.items():
-        if key not in data:
-            if source.get("optional"):
-                continue
-            raise ContainerConfigError(f"couldn't find key {key} in {kind} {ns}/{obj_name}")
-        path = target / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(data[key])
-        path.chmod(mode | 0o600)
-
-
 def _signal_group(proc: subprocess.Popen | None, sig: int) -> None:
     if proc is None:
         return
@@ -588,153 +436,3 @@ def _read_text(path: Path, limit: int) -> str:
         return path.read_bytes()[:limit].decode(errors="replace").strip()
     except OSError:
         return ""
-
-
-def _init_done(c: ContainerRun) -> bool:
-    return c.terminated is not None and c.terminated["exitCode"] == 0
-
-
-def _should_restart(c: ContainerRun, policy: str) -> bool:
-    if policy == "Always" and not c.init:
-        return True
-    return policy in ("Always", "OnFailure") and c.terminated["exitCode"] != 0
-
-
-def _has_started(pod: dict[str, Any]) -> bool:
-    status = pod.get("status") or {}
-    return status.get("phase") == PodPhase.RUNNING or any(
-        "running" in (s.get("state") or {}) for s in status.get("containerStatuses") or [])
-
-
-def _pod_outcome(run: PodRun) -> str | None:
-    """Succeeded/Failed once the pod's containers are done for good, else None."""
-    restart = (run.pod.get("spec") or {}).get("restartPolicy", "Always")
-    if run.live():
-        return None
-    if run.stopping:
-        ok = all(c.terminated is not None and c.terminated["exitCode"] == 0
-                 for c in run.containers)
-        return PodPhase.SUCCEEDED if ok else PodPhase.FAILED
-    failed_init = next((c for c in run.init_containers
-                        if c.terminated is not None and c.terminated["exitCode"] != 0), None)
-    if failed_init is not None and restart == "Never":
-        return PodPhase.FAILED
-    if not run.containers or any(c.terminated is None for c in run.containers):
-        return None
-    codes = [c.terminated["exitCode"] for c in run.containers]
-    if restart == "Never":
-        return PodPhase.SUCCEEDED if all(code == 0 for code in codes) else PodPhase.FAILED
-    if restart == "OnFailure" and all(code == 0 for code in codes):
-        return PodPhase.SUCCEEDED
-    return None
-
-
-# -- status ------------------------------------------------------------------------------------
-
-def _container_status(c: ContainerRun) -> dict[str, Any]:
-    if c.terminated is not None:
-        state: dict[str, Any] = {"terminated": c.terminated}
-    elif c.is_alive:
-        state = {"running": {"startedAt": format_time(c.started_at or 0)}}
-    else:
-        reason, message = c.waiting or ("ContainerCreating", "")
-        state = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
-    status = {"name": c.name, "state": state, "ready": c.is_alive and not c.init,
-              "restartCount": c.restart_count, "image": c.spec.get("image", ""), "imageID": "",
-              "started": c.is_alive}
-    if c.proc is not None:
-        status["containerID"] = f"local://{c.proc.pid}"
-    if c.last_terminated is not None:
-        status["lastState"] = {"terminated": c.last_terminated}
-    else:
-        status["lastState"] = {}
-    return status
-
-
-def _condition(old: dict[str, Any], ctype: str, cstatus: str, now: float,
-               reason: str | None = None) -> dict[str, Any]:
-    previous = find_condition(old, ctype)
-    stamp = previous["lastTransitionTime"] if previous and previous.get("status") == cstatus \
-        and previous.get("lastTransitionTime") else format_time(now)
-    cond = {"type": ctype, "status": cstatus, "lastProbeTime": None, "lastTransitionTime": stamp}
-    if reason:
-        cond["reason"] = reason
-    return cond
-
-
-_OWN_CONDITIONS = ("PodReadyToStartContainers", "Initialized", "Ready", "ContainersReady",
-                   "PodScheduled")
-
-
-def build_pod_status(run: PodRun, now: float) -> dict[str, Any]:
-    old = run.pod.get("status") or {}
-    outcome = _pod_outcome(run)
-    init_done = all(_init_done(c) for c in run.init_containers)
-    all_running = bool(run.containers) and all(c.is_alive for c in run.containers)
-    if outcome is not None:
-        phase = outcome
-    elif init_done and any(c.started_at is not None for c in run.containers):
-        phase = PodPhase.RUNNING
-    else:
-        phase = PodPhase.PENDING
-    ready = all_running and not run.stopping and outcome is None
-    not_ready = "PodCompleted" if outcome is not None else "ContainersNotReady"
-    conditions = [
-        _condition(old, "PodReadyToStartContainers", "True" if outcome is None else "False",
-                   now),
-        _condition(old, "Initialized", "True" if init_done else "False", now,
-                   None if init_done else "ContainersNotInitialized"),
-        _condition(old, "Ready", "True" if ready else "False", now,
-                   None if ready else not_ready),
-        _condition(old, "ContainersReady", "True" if ready else "False", now,
-                   None if ready else not_ready),
-        _condition(old, "PodScheduled", "True", now),
-    ]
-    conditions += [c for c in old.get("conditions") or [] if c.get("type") not in _OWN_CONDITIONS]
-    status: dict[str, Any] = {
-        "phase": phase, "conditions": conditions,
-        "hostIP": run.ip, "hostIPs": [{"ip": run.ip}], "podIP": run.ip, "podIPs": [{"ip": run.ip}],
-        "startTime": old.get("startTime") or format_time(run.admitted_at),
-        "qosClass": old.get("qosClass") or qos_class(run.pod),
-        "containerStatuses": [_container_status(c) for c in run.containers],
-    }
-    if run.init_containers:
-        status["initContainerStatuses"] = [_container_status(c) for c in run.init_containers]
-    return status
-
-
-def build_lost_status(pod: dict[str, Any], now: float, started: bool = True) -> dict[str, Any]:
-    """Failed, for a pod whose processes this executor does not have (it was started by an
-    earlier executor, or deleted before it started)."""
-    old = pod.get("status") or {}
-    stamp = format_time(now)
-    statuses = []
-    for c in (pod.get("spec") or {}).get("containers") or []:
-        statuses.append({"name": c["name"], "ready": False, "restartCount": 0,
-                         "image": c.get("image", ""), "imageID": "", "started": False,
-                         "lastState": {}, "state": {"terminated": {
-                             "exitCode": 137, "reason": "ContainerStatusUnknown",
-                             "message": NOT_LOCATED, "startedAt": stamp, "finishedAt": stamp}}})
-    conditions = [c for c in old.get("conditions") or [] if c.get("type") not in _OWN_CONDITIONS]
-    conditions += [
-        {"type": t, "status": "False", "lastProbeTime": None, "lastTransitionTime": stamp,
-         "reason": "PodCompleted"} for t in ("Ready", "ContainersReady")]
-    status = {**old, "phase": PodPhase.FAILED, "conditions": conditions,
-              "containerStatuses": statuses}
-    if not started:
-        status["startTime"] = old.get("startTime") or stamp
-    return status
-
-
-def qos_class(pod: dict[str, Any]) -> str:
-    resources = [c.get("resources") or {} for c in (pod.get("spec") or {}).get("containers") or []]
-    seen = [r for r in resources
-            if any(k in (r.get(s) or {}) for s in ("requests", "limits") for k in ("cpu", "memory"))]
-    if not seen:
-        return "BestEffort"
-    guaranteed = all(all((r.get("limits") or {}).get(k) and
-                         (r.get("requests") or {}).get(k, (r.get("limits") or {})[k]) ==
-                         (r.get("limits") or {})[k] for k in ("cpu", "memory"))
-                     for r in resources)
-    return "Guaranteed" if guaranteed else "Burstable"
-
