@@ -1,0 +1,192 @@
+"""Writes: create, update (PUT), the three patches and server-side apply, with dry runs and
+field validation (`Strict` refuses before anything is stored; `Warn` answers with warnings)."""
+
+from __future__ import annotations
+
+import copy
+from typing import TYPE_CHECKING, Any
+
+from aiohttp import web
+
+from . import errors, patch, schema
+from .codec import (
+    BODY_TYPES,
+    PATCH_TYPES,
+    content_type_of,
+    decode,
+    dry_run_of,
+    field_validation_of,
+    read_body,
+    respond,
+)
+from .errors import ApiError
+from .resources import ResourceType
+from .store import now_rfc3339
+from .strategy import prepare_create, prepare_update, strict_error
+
+if TYPE_CHECKING:
+    from .server import Target
+    from .store import Store
+
+
+class WriteHandlers:
+    """The ApiHandler's write verbs."""
+
+    store: Store
+
+    def _versioned(self, rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        raise NotImplementedError  # ReadHandlers has it
+
+
+    async def _create(self, request: web.Request, target: Target) -> web.Response:
+        body = decode(await read_body(request), content_type_of(request, BODY_TYPES))
+        validation = field_validation_of(request)
+        result = self._create_checked(target, body, validation, dry_run_of(request))
+        return self._write_response(target.rtype, result, validation, 201)
+
+    def _create_checked(self, target: Target, body: Any, validation: str, dry_run: bool):
+        if validation == "Strict" and target.rtype.schema is not None:
+            # Strict must refuse before anything is stored.
+            refuse_unknown_fields(target.rtype, body)
+            probe = self._dry_run_create(target, copy.deepcopy(body))
+            if probe.unknown_fields:
+                raise strict_error(target.rtype, probe.unknown_fields)
+        if dry_run:
+            return self._dry_run_create(target, body)
+        return self.store.create(target.rtype, target.namespace, body)
+
+    def _dry_run_create(self, target: Target, body: Any):
+        self.store.ensure_kind(target.rtype)
+        result = prepare_create(target.rtype, body, target.namespace, now_rfc3339(),
+                                self.store.rv)
+        if self.store.find(target.rtype, target.namespace, result.obj["metadata"]["name"]):
+            raise errors.already_exists(target.rtype.plural, target.rtype.group,
+                                        result.obj["metadata"]["name"])
+        return result
+
+    def _write_response(self, rtype: ResourceType, result, validation: str,
+                        code: int = 200) -> web.Response:
+        headers = {}
+        if result.unknown_fields:
+            if validation == "Strict":
+                raise strict_error(rtype, result.unknown_fields)
+            if validation == "Warn":
+                headers["Warning"] = ", ".join(
+                    '299 - "unknown field \\"' + f + '\\""' for f in result.unknown_fields)
+        return respond(self._versioned(rtype, result.obj), code, headers)
+
+    async def _update(self, request: web.Request, target: Target) -> web.Response:
+        body = decode(await read_body(request), content_type_of(request, BODY_TYPES))
+        validation = field_validation_of(request)
+        result = self._write(target, body, require_version=True, dry_run=dry_run_of(request),
+                             validation=validation)
+        return self._write_response(target.rtype, result, validation)
+
+    def _write(self, target: Target, body: Any, require_version: bool, dry_run: bool,
+               validation: str):
+        if validation == "Strict" and target.rtype.schema is not None:
+            # Strict must refuse before anything is stored.
+            refuse_unknown_fields(target.rtype, body)
+            old = self.store.get(target.rtype, target.namespace, target.name)
+            probe = prepare_update(target.rtype, copy.deepcopy(body), old, target.subresource,
+                                   self.store.rv + 1, require_version)
+            if probe.unknown_fields:
+                raise strict_error(target.rtype, probe.unknown_fields)
+        if dry_run:
+            old = self.store.get(target.rtype, target.namespace, target.name)
+            return prepare_update(target.rtype, body, old, target.subresource, self.store.rv,
+                                  require_version)
+        return self.store.update(target.rtype, target.namespace, target.name, body,
+                                 target.subresource, require_version=require_version)
+
+    async def _patch(self, request: web.Request, target: Target) -> web.Response:
+        content_type = content_type_of(request, PATCH_TYPES)
+        raw = await read_body(request)
+        validation = field_validation_of(request)
+        if content_type == "application/apply-patch+yaml":
+            return self._apply(request, target, decode(raw, "application/yaml"), validation)
+        # kube-apiserver reads the object before it decodes the patch: a patch of a missing
+        # object is 404 even when the patch is malformed.
+        old = self.store.get(target.rtype, target.namespace, target.name)
+        body = decode(raw, "application/json")
+        current = self._versioned(target.rtype, old)
+        try:
+            if content_type == "application/json-patch+json":
+                patched = patch.apply_json_patch(current, body)
+            elif not isinstance(body, dict):
+                raise errors.bad_request("the patch must be a JSON object")
+            elif content_type == "application/strategic-merge-patch+json" and \
+                    not target.rtype.is_custom:
+                patched = patch.apply_strategic_merge_patch(current, body)
+            else:
+                patched = patch.apply_merge_patch(current, body)
+        except patch.PatchError as err:
+            reason = "Invalid" if err.code == 422 else "BadRequest"
+            raise ApiError(err.code, reason, str(err)) from err
+        if not isinstance(patched, dict):
+            raise errors.bad_request("the patched object must be a JSON object")
+        patched.setdefault("metadata", {}).setdefault("resourceVersion",
+                                                      old["metadata"]["resourceVersion"])
+        result = self._write(target, patched, require_version=False, dry_run=dry_run_of(request),
+                             validation=validation)
+        return self._write_response(target.rtype, result, validation)
+
+    def _apply(self, request: web.Request, target: Target, applied: Any,
+               validation: str) -> web.Response:
+        manager = request.query.get("fieldManager")
+        if not manager:   # kube-apiserver: PatchOptions validation, 422 naming the field
+            raise ApiError(422, "Invalid", 'PatchOptions.meta.k8s.io "" is invalid: '
+                           "fieldManager: Required value: is required for apply patch",
+                           {"group": "meta.k8s.io", "kind": "PatchOptions", "causes": [
+                               {"reason": "FieldValueRequired", "field": "fieldManager",
+                                "message": "Required value: is required for apply patch"}]})
+        if not isinstance(applied, dict) or not applied.get("apiVersion") or \
+                not applied.get("kind"):
+            raise errors.bad_request("invalid object type: apply requires apiVersion and kind")
+        applied_meta = applied.setdefault("metadata", {})
+        if applied_meta.get("name") not in (None, target.name):
+            raise errors.bad_request(f"the name of the object ({applied_meta.get('name')}) does "
+                                     f"not match the name on the URL ({target.name})")
+        applied_meta["name"] = target.name
+        rtype = target.rtype
+        memory_key = (rtype.key, target.namespace or "", target.name, manager,
+                      target.subresource)
+        existing = self.store.find(rtype, target.namespace, target.name)
+        entry = {"manager": manager, "operation": "Apply", "apiVersion": rtype.api_version,
+                 "time": now_rfc3339(), "fieldsType": "FieldsV1",
+                 "fieldsV1": patch.fields_v1(applied)}
+        if target.subresource:
+            entry["subresource"] = target.subresource
+        if existing is None:
+            if target.subresource:
+                raise errors.not_found(rtype.plural, rtype.group, target.name)
+            body = copy.deepcopy(applied)
+            body["metadata"]["managedFields"] = [entry]
+            result = self._create_checked(target, body, validation, dry_run_of(request))
+            code = 201
+        else:
+            merged = patch.apply_server_side(self._versioned(rtype, existing), applied,
+                                             self.store.applied.get(memory_key))
+            others = [m for m in existing["metadata"].get("managedFields") or []
+                      if not (m.get("manager") == manager and m.get("operation") == "Apply"
+                              and m.get("subresource") == entry.get("subresource"))]
+            merged["metadata"]["managedFields"] = others + [entry]
+            merged["metadata"].setdefault("resourceVersion",
+                                          existing["metadata"]["resourceVersion"])
+            if "resourceVersion" not in applied_meta:
+                merged["metadata"]["resourceVersion"] = existing["metadata"]["resourceVersion"]
+            result = self._write(target, merged, require_version=False,
+                                 dry_run=dry_run_of(request), validation=validation)
+            code = 200
+        if not dry_run_of(request):
+            self.store.applied[memory_key] = copy.deepcopy(applied)
+        return self._write_response(rtype, result, validation, code)
+
+
+def refuse_unknown_fields(rtype: ResourceType, body: Any) -> None:
+    """Strict field validation happens while the body is decoded, so kube-apiserver names an
+    unknown field before it looks at any value: refuse with it before validating."""
+    if isinstance(body, dict):
+        unknown = schema.prune(copy.deepcopy(body), rtype.schema)
+        if unknown:
+            raise strict_error(rtype, unknown)
