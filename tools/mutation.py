@@ -86,7 +86,17 @@ MODULES: dict[str, list[str]] = {
     "operator/tpujob/api/recovery.py": API_TESTS + ["tests/builders/test_restart_strategy.py",
                                                     "tests/builders/test_local_checkpoints.py"],
     "operator/tpujob/controller/goodput.py": ["tests/controller/test_goodput.py",
-                                              "tests/controller/test_goodput_wiring.py"],
+                                              "tests/controller/test_goodput_wiring.py",
+                                              "tests/controller/test_trainer_contract.py"],
+    "operator/tpujob/controller/trainer_reports.py": [
+        "tests/controller/test_observe.py", "tests/controller/test_goodput_wiring.py",
+        "tests/controller/test_goodput.py", "tests/controller/test_trainer_contract.py"],
+    "trainer/tpujob_trainer/contract.py": ["tests/controller/test_trainer_contract.py",
+                                           "tests/trainer/test_termination_message.py",
+                                           "tests/trainer/test_contract.py",
+                                           "tests/controller/test_observe.py"],
+    "trainer/tpujob_trainer/telemetry/timeline.py": ["tests/controller/test_trainer_contract.py",
+                                                     "tests/trainer/test_timeline.py"],
     "trainer/tpujob_trainer/telemetry/peak.py": ["tests/trainer/test_peak.py"],
     "trainer/tpujob_trainer/env.py": ["tests/trainer/test_contract.py"],
     "operator/tpujob/planning.py": ["tests/plan/test_memory_request.py",
@@ -99,7 +109,8 @@ MODULES: dict[str, list[str]] = {
                                              "tests/controller/test_decide_status.py",
                                              "tests/controller/test_goodput_wiring.py"],
     "operator/tpujob/controller/observe.py": ["tests/controller/test_observe.py",
-                                              "tests/controller/test_goodput_wiring.py"],
+                                              "tests/controller/test_goodput_wiring.py",
+                                              "tests/controller/test_trainer_contract.py"],
     "operator/tpujob/controller/reconcile.py": ["tests/controller/test_reconcile_paths.py",
                                                 "tests/controller/test_verdict_cache.py"],
     "operator/tpujob/controller/kube.py": ["tests/controller/test_kube_api.py"],
@@ -277,7 +288,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("operator/tpujob/controller/observe.py",
      "_RANK = {FailureReason.ERROR: 1, FailureReason.PREEMPTED: 2}", "2 -> 3"):
         "the ranks only sort (others 0, then 1, then 2 or 3): the same order",
-    ("operator/tpujob/controller/observe.py",
+    ("operator/tpujob/controller/trainer_reports.py",
      "found.append((index if isinstance(index, int) else 1 << 30, reading))", "30 -> 31"):
         "the key only puts process 0 first; the others keep only their step, which goodput "
         "takes the max of, so their order changes nothing",
@@ -325,8 +336,8 @@ SAMPLE: list[tuple[str, str, str, list[str]]] = [
     ("operator/tpujob/controller/decide.py", "if deadline is None or obs.now <= deadline:",
      "<= -> <", ["tests/controller/test_decide_status.py::"
                  "test_no_step_for_exactly_the_allowance_is_not_yet_a_stall"]),
-    ("operator/tpujob/controller/observe.py", "SIGNAL_BASE = 128", "128 -> 129",
-     ["tests/controller/test_observe.py::test_exit_codes_above_128_are_signals"]),
+    ("operator/tpujob/controller/observe.py", 'if self.k8s_reason == "OOMKilled":', "== -> !=",
+     ["tests/controller/test_observe.py::test_classify"]),
     ("operator/tpujob/controller/reconcile.py",
      'events = [e for e in events if e.reason != "Created"]', "!= -> ==",
      ["tests/controller/test_reconcile_paths.py::"
@@ -337,7 +348,7 @@ SAMPLE: list[tuple[str, str, str, list[str]]] = [
     ("operator/tpujob/local/apiserver/selectors.py",
      "if not (_NAME.match(name) and len(name) <= 63", "63 -> 64",
      ["tests/apiserver/test_selectors_unit.py::test_label_key_and_value_limits"]),
-    ("trainer/tpujob_trainer/exits.py", "RETRY_EXIT_CODE = 42", "42 -> 43",
+    ("trainer/tpujob_trainer/contract.py", "RETRY_EXIT_CODE = 42", "42 -> 43",
      ["tests/trainer/test_termination_message.py::"
       "test_exit_codes_are_the_ones_docs_trainer_md_documents"]),
     ("trainer/tpujob_trainer/config/train.py",

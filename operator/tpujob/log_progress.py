@@ -20,11 +20,13 @@ import json
 import re
 from typing import Any
 
+from tpujob_trainer.contract import LOG_PROGRESS_FIELDS
+
 Doc = dict[str, Any]
 
 FORMATS = ("maxtext", "jsonl", "regex")
 # Named groups a user's regex may have, and the reading's fields they fill.
-REGEX_GROUPS = ("step", "loss", "step_time_s", "tokens_per_s_per_device", "tflops_per_device")
+REGEX_GROUPS = LOG_PROGRESS_FIELDS
 _NUMBER = r"(-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|nan|inf|-inf)"
 _MAXTEXT_STEP = re.compile(r"(?:^|[\s\],])completed step: ([0-9]+), seconds: " + _NUMBER)
 _MAXTEXT_FIELDS = {

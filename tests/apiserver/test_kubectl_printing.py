@@ -183,7 +183,8 @@ def _goodput(productive: float) -> dict:
     """status.goodput as the operator writes it: 100.123456 s of wall time, `productive` s of
     it productive."""
     from tpujob.api.status import Phase
-    from tpujob.controller.goodput import TimelineReading, account
+    from tpujob.controller.goodput import account
+    from tpujob.controller.trainer_reports import TimelineReading
 
     t0 = datetime(2026, 11, 26, 12, 0, 0, tzinfo=UTC)
     reading = TimelineReading.from_document({

@@ -7,7 +7,8 @@ import pytest
 
 from tpujob.api.status import FailureReason, Phase, Progress, TpuTrainingJobStatus, find_condition
 from tpujob.controller.decide import Action, Observation, decide, stall_deadline
-from tpujob.controller.observe import JobSetState, ProgressReading
+from tpujob.controller.observe import JobSetState
+from tpujob.controller.trainer_reports import ProgressReading
 from tpujob.validation import validate_job
 
 pytestmark = pytest.mark.unit

@@ -10,7 +10,7 @@ import pytest
 from tests.controller.test_decide import T0, TINY, cond, js, obs, running_status, status
 from tpujob.api.status import FailureReason, Phase, Progress
 from tpujob.controller.decide import Action, Decision, Event, decide
-from tpujob.controller.observe import ProgressReading
+from tpujob.controller.trainer_reports import ProgressReading
 
 pytestmark = pytest.mark.unit
 # Two v6e-16 slices: 32 devices, so a batch that splits over 32.

@@ -9,7 +9,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from tpujob.api.status import Goodput, Phase
-from tpujob.controller.goodput import TimelineReading, account, summary
+from tpujob.controller.goodput import account, summary
+from tpujob.controller.trainer_reports import TimelineReading
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
 pytestmark = pytest.mark.unit

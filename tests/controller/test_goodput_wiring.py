@@ -13,9 +13,8 @@ from prometheus_client import generate_latest
 from tests.controller.test_decide import T0, js, obs, status
 from tpujob.api.status import Phase
 from tpujob.controller.decide import decide
-from tpujob.controller.goodput import TimelineReading
 from tpujob.controller.metrics import OperatorMetrics
-from tpujob.controller.observe import ProgressReading, read_final_timelines
+from tpujob.controller.trainer_reports import ProgressReading, TimelineReading, read_final_timelines
 
 pytestmark = pytest.mark.unit
 

@@ -10,11 +10,11 @@ from tpujob.controller.observe import (
     TRAINER_REASONS,
     ContainerExit,
     JobSetState,
-    ProgressReading,
     explain_failure,
     find_process_zero,
     read_container_exits,
 )
+from tpujob.controller.trainer_reports import ProgressReading
 
 pytestmark = pytest.mark.unit
 
@@ -307,7 +307,7 @@ def _timeline_message(step: int, productive: float, **more) -> str:
 
 
 def test_final_timelines_are_read_where_the_kubelet_keeps_them():
-    from tpujob.controller.observe import read_final_timelines
+    from tpujob.controller.trainer_reports import read_final_timelines
 
     # Process 0 restarted in place: its last exit is in lastState, after a line of its own.
     zero = {"name": "trainer", "state": {"running": {}}, "lastState": {"terminated": {

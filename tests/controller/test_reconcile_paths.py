@@ -28,7 +28,8 @@ from tpujob.builders.jobset import build_children
 from tpujob.controller.decide import Action, Decision, Observation
 from tpujob.controller.kube import ApiRefused, ApiUnavailable, KubeApi
 from tpujob.controller.metrics import OperatorMetrics
-from tpujob.controller.observe import JobSetState, ProgressReading
+from tpujob.controller.observe import JobSetState
+from tpujob.controller.trainer_reports import ProgressReading
 from tpujob.controller.reconcile import Outcome, Reconciler, _status_patch
 from tpujob.controller.settings import OperatorSettings
 from tpujob.gcp.errors import QuotaExceeded

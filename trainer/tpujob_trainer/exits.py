@@ -1,52 +1,25 @@
-"""The exit contract with the operator: reasons, exit codes, and the termination message.
+"""How the trainer ends: the exception that carries a reason, and the termination message.
 
-Codes follow the JobSet podFailurePolicy convention xpk uses: 42 (and signals, 128+) restart the
-JobSet; every other non-zero code fails it. The operator maps the reason in the termination
-message to the job's status.
+The reasons, their exit codes and the message's shape are the contract with the operator
+(`contract.py`): 42 (and signals, 128+) restart the JobSet; every other non-zero code fails it.
+The operator maps the reason in the termination message to the job's status.
 """
 
 from __future__ import annotations
 
-import enum
 import json
 import os
 from collections.abc import Callable
 
 from tpujob_trainer import env as envvars
-
-
-class Reason(str, enum.Enum):
-    COMPLETED = "Completed"
-    DATA_EXHAUSTED = "DataExhausted"     # clean stop: data ran out with data.on_exhausted=stop
-    PREEMPTED = "Preempted"              # SIGTERM: checkpointed, restart me
-    PEER_LOST = "PeerLost"               # another process vanished: restart the set
-    CHECKPOINT_ERROR = "CheckpointError"  # a save failed or timed out, or no checkpoint reads back
-    CONFIG_ERROR = "ConfigError"
-    OUT_OF_MEMORY = "OutOfMemory"
-    DATA_ERROR = "DataError"
-    NAN_LOSS = "NaNLoss"
-    MESH_MISMATCH = "MeshMismatch"       # processes/devices differ from the job's, or bad mesh
-    INTERNAL_ERROR = "InternalError"
-
-
-RETRY_EXIT_CODE = 42
-
-EXIT_CODES: dict[Reason, int] = {
-    Reason.COMPLETED: 0,
-    Reason.DATA_EXHAUSTED: 0,
-    Reason.PREEMPTED: RETRY_EXIT_CODE,
-    Reason.PEER_LOST: RETRY_EXIT_CODE,
-    Reason.CHECKPOINT_ERROR: RETRY_EXIT_CODE,
-    Reason.INTERNAL_ERROR: 1,
-    Reason.CONFIG_ERROR: 3,
-    Reason.OUT_OF_MEMORY: 4,
-    Reason.DATA_ERROR: 5,
-    Reason.NAN_LOSS: 6,
-    Reason.MESH_MISMATCH: 7,
-}
+from tpujob_trainer.contract import (  # noqa: F401 (the exit contract, re-exported)
+    EXIT_CODES,
+    RETRY_EXIT_CODE,
+    TERMINATION_MESSAGE_BYTES,
+    Reason,
+)
 
 DEFAULT_TERMINATION_LOG = "/dev/termination-log"
-TERMINATION_MESSAGE_BYTES = 4096  # what Kubernetes keeps of a container's termination message
 
 
 class TrainerExit(Exception):

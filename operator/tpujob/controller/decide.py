@@ -29,8 +29,9 @@ from tpujob.api.status import (
     display_of,
     find_condition,
 )
-from tpujob.controller.goodput import TimelineReading, account, summary
-from tpujob.controller.observe import JobSetState, ProgressReading
+from tpujob.controller.goodput import account, summary
+from tpujob.controller.observe import JobSetState
+from tpujob.controller.trainer_reports import ProgressReading, TimelineReading
 from tpujob.validation import Verdict
 
 RETRYABLE = {FailureReason.PREEMPTED, FailureReason.ERROR}

@@ -12,79 +12,34 @@ from are counted as lost (docs/goodput.md).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from tpujob.api.status import Badput, Goodput, GoodputAttempt, Phase, TrainerSeconds
+from tpujob.controller.trainer_reports import TimelineReading
+from tpujob_trainer.contract import GOODPUT_CATEGORIES
 
 _Seconds = TypeVar("_Seconds", Badput, TrainerSeconds)
 QUEUED_PHASES = {Phase.PENDING, Phase.QUEUED, Phase.SUSPENDED}
 WALL_PHASES = {Phase.STARTING, Phase.RUNNING, Phase.RESTARTING}
-TRAINER_CATEGORIES = tuple(TrainerSeconds.model_fields)
+# Each of the trainer's categories but productive time, as the badput it is (ml-goodput-
+# measurement's names); a category the trainer adds without a place here fails a test.
+BADPUT_OF_CATEGORY = {
+    "tpu_initialization": "tpu_initialization",
+    "training_prep": "training_prep",
+    "program_startup": "program_startup",
+    "data_loading": "data_loading_sync",
+    "checkpoint_save": "unproductive_checkpoint_save_time",
+    "checkpoint_restore": "unproductive_checkpoint_restore_time",
+}
 # What a trainer without a timeline leaves unmeasured (status names).
-UNMEASURED_WITHOUT_TIMELINE = ["productive", "tpuInitialization", "trainingPrep", "programStartup",
-                               "dataLoadingSync", "unproductiveCheckpointSaveTime",
-                               "unproductiveCheckpointRestoreTime",
-                               "wastedProgressFromDisruption", "lostSteps", "stepTime"]
-
-
-def _num(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, int | float) or value != value:
-        return None
-    return float(value)
-
-
-def _count(value: Any) -> int | None:
-    n = _num(value)
-    return int(n) if n is not None and n >= 0 else None
-
-
-def _seconds(doc: Any) -> TrainerSeconds | None:
-    if not isinstance(doc, dict):
-        return None
-    return TrainerSeconds(**{k: max(0.0, _num(doc.get(k)) or 0.0) for k in TRAINER_CATEGORIES})
-
-
-@dataclass(frozen=True)
-class TimelineReading:
-    """One start's timeline as the trainer served it (or wrote it on exit)."""
-
-    attempt: str
-    step: int | None = None
-    steps: int = 0
-    resumed_from_step: int | None = None
-    seconds: TrainerSeconds | None = None
-    step_time_median_s: float | None = None
-    step_time_max_deviation_pct: float | None = None
-    previous: TimelineReading | None = None
-
-    @classmethod
-    def from_document(cls, doc: Any) -> TimelineReading | None:
-        """From /progress `goodput`, an exit record summary or the termination message's
-        `goodput`; None when it is not one."""
-        if not isinstance(doc, dict) or not isinstance(doc.get("attempt"), str) \
-                or not doc["attempt"] or len(doc["attempt"]) > 64:
-            return None
-        previous = doc.get("previous")
-        return cls(attempt=doc["attempt"], step=_count(doc.get("step")),
-                   steps=_count(doc.get("steps")) or 0,
-                   resumed_from_step=_count(doc.get("resumed_from_step")),
-                   seconds=_seconds(doc.get("seconds")),
-                   step_time_median_s=_num(doc.get("step_time_median_s")),
-                   step_time_max_deviation_pct=_num(doc.get("step_time_max_deviation_pct")),
-                   previous=cls.from_document(previous) if isinstance(previous, dict) else None)
-
-    def as_attempt(self) -> GoodputAttempt:
-        return GoodputAttempt(attempt=self.attempt, resumed_from_step=self.resumed_from_step,
-                              step=self.step, steps=self.steps,
-                              seconds=self.seconds or TrainerSeconds(),
-                              step_time_median_seconds=self.step_time_median_s,
-                              step_time_max_deviation_percent=self.step_time_max_deviation_pct)
+UNMEASURED_WITHOUT_TIMELINE = [
+    "productive", *(Badput.model_fields[b].alias for b in BADPUT_OF_CATEGORY.values()),
+    "wastedProgressFromDisruption", "lostSteps", "stepTime"]
 
 
 def _add(a: TrainerSeconds, b: TrainerSeconds) -> TrainerSeconds:
-    return TrainerSeconds(**{k: getattr(a, k) + getattr(b, k) for k in TRAINER_CATEGORIES})
+    return TrainerSeconds(**{k: getattr(a, k) + getattr(b, k) for k in GOODPUT_CATEGORIES})
 
 
 def merge_final(current: GoodputAttempt, final: TimelineReading) -> GoodputAttempt:
@@ -169,10 +124,7 @@ def account(prev: Goodput | None, *, now: datetime, phase_before: Phase, phase_a
     productive = max(0.0, total.productive - wasted) if measured else None
     if measured:
         badput = Badput(
-            tpu_initialization=total.tpu_initialization, training_prep=total.training_prep,
-            program_startup=total.program_startup, data_loading_sync=total.data_loading,
-            unproductive_checkpoint_save_time=total.checkpoint_save,
-            unproductive_checkpoint_restore_time=total.checkpoint_restore,
+            **{b: getattr(total, c) for c, b in BADPUT_OF_CATEGORY.items()},
             wasted_progress_from_disruption=wasted,
             infrastructure_recovery_from_disruption=recovery)
         accounted = productive + sum(v for v in badput.model_dump().values() if v)
@@ -231,4 +183,4 @@ def summary(goodput: Goodput | None) -> str:
             f"{goodput.recovery_seconds:.1f} s; queued {goodput.queued_seconds:.1f} s{tail}")
 
 
-__all__ = ["TimelineReading", "account", "merge_final", "summary"]
+__all__ = ["account", "merge_final", "summary"]

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpujob.api.spec import ProgressSpec
-from tpujob.controller.observe import ProgressReading, running_process_zero_pods
+from tpujob.controller.observe import running_process_zero_pods
+from tpujob.controller.trainer_reports import ProgressReading
 from tpujob.log_progress import LogFormatError, latest_progress
 
 log = logging.getLogger("tpujob.operator")

@@ -9,14 +9,14 @@ the cluster sets on preemption and eviction, and `state.waiting.reason` for pods
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from tpujob.api.status import FailureReason
 from tpujob.builders import names
-from tpujob.controller.goodput import TimelineReading
+from tpujob.controller.trainer_reports import termination_document
+from tpujob_trainer.contract import SIGNAL_EXIT_BASE, Reason
 
 JOBSET_LABEL_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 # Waiting reasons that will not fix themselves: the pod can never start as written.
@@ -26,25 +26,26 @@ STUCK_WAITING = {
     "ErrImagePull": FailureReason.CONFIG_ERROR,
     "ImagePullBackOff": FailureReason.CONFIG_ERROR,
 }
-# The trainer's termination-message reasons (tpujob_trainer.exits.Reason) as status reasons.
+# The trainer's termination-message reasons (tpujob_trainer.contract.Reason) as status reasons;
+# a lost peer restarts the job as a preemption does.
 TRAINER_REASONS = {
-    "ConfigError": FailureReason.CONFIG_ERROR,
-    "OutOfMemory": FailureReason.OUT_OF_MEMORY,
-    "DataError": FailureReason.DATA_ERROR,
-    "DataExhausted": FailureReason.DATA_EXHAUSTED,
-    "NaNLoss": FailureReason.NAN_LOSS,
-    "MeshMismatch": FailureReason.MESH_MISMATCH,
-    "Preempted": FailureReason.PREEMPTED,
-    "PeerLost": FailureReason.PREEMPTED,
-    "CheckpointError": FailureReason.CHECKPOINT_ERROR,
-    "InternalError": FailureReason.ERROR,
+    Reason.CONFIG_ERROR.value: FailureReason.CONFIG_ERROR,
+    Reason.OUT_OF_MEMORY.value: FailureReason.OUT_OF_MEMORY,
+    Reason.DATA_ERROR.value: FailureReason.DATA_ERROR,
+    Reason.DATA_EXHAUSTED.value: FailureReason.DATA_EXHAUSTED,
+    Reason.NAN_LOSS.value: FailureReason.NAN_LOSS,
+    Reason.MESH_MISMATCH.value: FailureReason.MESH_MISMATCH,
+    Reason.PREEMPTED.value: FailureReason.PREEMPTED,
+    Reason.PEER_LOST.value: FailureReason.PREEMPTED,
+    Reason.CHECKPOINT_ERROR.value: FailureReason.CHECKPOINT_ERROR,
+    Reason.INTERNAL_ERROR.value: FailureReason.ERROR,
 }
 # Less specific causes rank lower: a host that died of OOM explains its peers' lost-peer exits,
 # and a host that crashed explains the peers the JobSet stopped with SIGTERM to restart them
 # all (they exit as Preempted or by the signal). A pod the cluster itself marked disrupted
 # (DisruptionTarget: preemption, node shutdown, eviction) is a cause, not a consequence.
 _RANK = {FailureReason.ERROR: 1, FailureReason.PREEMPTED: 2}
-SIGNAL_BASE = 128
+SIGNAL_BASE = SIGNAL_EXIT_BASE
 
 
 def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -127,21 +128,13 @@ class ContainerExit:
     @property
     def trainer_reason(self) -> str | None:
         """The reason in the trainer's one-line JSON termination message, if it wrote one."""
-        line = self.message.strip().splitlines()[-1] if self.message.strip() else ""
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            return None
-        return doc.get("reason") if isinstance(doc, dict) else None
+        doc = termination_document(self.message)
+        return doc.get("reason") if doc is not None else None
 
     @property
     def trainer_message(self) -> str:
-        line = self.message.strip().splitlines()[-1] if self.message.strip() else ""
-        try:
-            doc = json.loads(line)
-        except ValueError:
-            return self.message.strip()
-        return str(doc.get("message", "")) if isinstance(doc, dict) else self.message.strip()
+        doc = termination_document(self.message)
+        return str(doc.get("message", "")) if doc is not None else self.message.strip()
 
     def classify(self) -> tuple[FailureReason, str]:
         """Why this container stopped, as a status reason and a one-line message."""
@@ -203,76 +196,6 @@ def explain_failure(exits: list[ContainerExit]) -> tuple[FailureReason, str] | N
     candidates = [(e.classify(), e.disrupted) for e in exits if e.restart_attempt == newest]
     candidates.sort(key=lambda c: 0 if c[1] else _RANK.get(c[0][0], 0))
     return candidates[0][0]
-
-
-@dataclass(frozen=True)
-class ProgressReading:
-    """One read of the trainer's /progress document (field names as the trainer serves them)."""
-
-    step: int
-    total_steps: int | None = None
-    loss: float | None = None
-    step_time_s: float | None = None
-    tokens_per_s_per_device: float | None = None
-    tflops_per_device: float | None = None
-    mfu: float | None = None
-    last_checkpoint_step: int | None = None
-    training: bool = True   # False while the process starts, restores or compiles
-    trainer_phase: str | None = None  # the trainer's own word: starting, compiling, training...
-    timeline: TimelineReading | None = None   # the trainer's goodput timeline, if it serves one
-
-    @classmethod
-    def from_document(cls, doc: dict[str, Any]) -> ProgressReading | None:
-        """None when the document is not a progress document (a program that serves
-        something else on the port)."""
-        if not isinstance(doc, dict) or not isinstance(doc.get("step"), int | float):
-            return None
-
-        def num(key: str) -> float | None:
-            value = doc.get(key)
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                return None
-            return float(value) if value == value and abs(value) != float("inf") else None
-
-        def count(key: str) -> int | None:
-            value = num(key)
-            return int(value) if value is not None and value >= 0 else None
-
-        return cls(step=max(0, int(doc["step"])), total_steps=count("total_steps"),
-                   loss=num("loss"), step_time_s=num("step_time_s"),
-                   tokens_per_s_per_device=num("tokens_per_s_per_device"),
-                   tflops_per_device=num("tflops_per_device"), mfu=num("mfu"),
-                   last_checkpoint_step=count("last_checkpoint_step"),
-                   training=doc.get("phase") not in ("starting", "initializing", "compiling"),
-                   trainer_phase=doc["phase"][:63] if isinstance(doc.get("phase"), str)
-                   and doc["phase"] else None,
-                   timeline=TimelineReading.from_document(doc.get("goodput")))
-
-
-def read_final_timelines(pods: list[dict[str, Any]]) -> tuple[TimelineReading, ...]:
-    """The goodput timelines trainer processes left in their termination messages as they
-    exited (process 0's first: its seconds are the ones read while it ran)."""
-    found: list[tuple[int, TimelineReading]] = []
-    for pod in pods:
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            state = cs.get("state") or {}
-            term = state.get("terminated") or (cs.get("lastState") or {}).get("terminated")
-            text = ((term or {}).get("message") or "").strip()
-            if not text:
-                continue
-            try:
-                doc = json.loads(text.splitlines()[-1])
-            except ValueError:
-                continue
-            reading = TimelineReading.from_document(
-                doc.get("goodput") if isinstance(doc, dict) else None)
-            if reading is not None:
-                index = doc["goodput"].get("process_index")
-                found.append((index if isinstance(index, int) else 1 << 30, reading))
-    found.sort(key=lambda item: item[0])
-    # Only process 0's seconds stand; the others add their furthest step.
-    return tuple(r if i == 0 else TimelineReading(attempt=r.attempt, step=r.step)
-                 for i, r in found)
 
 
 def running_process_zero_pods(pods: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:

@@ -9,7 +9,7 @@ import logging
 import urllib.error
 import urllib.request
 
-from tpujob.controller.observe import ProgressReading
+from tpujob.controller.trainer_reports import ProgressReading
 
 log = logging.getLogger("tpujob.operator")
 MAX_BYTES = 64 * 1024

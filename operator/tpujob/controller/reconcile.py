@@ -28,14 +28,13 @@ from tpujob.controller.log_source import (
 from tpujob.controller.metrics import OperatorMetrics
 from tpujob.controller.observe import (
     JobSetState,
-    ProgressReading,
     explain_failure,
     find_process_zero,
     read_container_exits,
-    read_final_timelines,
 )
 from tpujob.controller.progress import fetch_progress
 from tpujob.controller.settings import OperatorSettings
+from tpujob.controller.trainer_reports import ProgressReading, read_final_timelines
 from tpujob.validation import Verdict, validate_job
 
 log = logging.getLogger("tpujob.operator")

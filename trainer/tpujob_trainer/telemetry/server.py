@@ -1,8 +1,8 @@
 """The HTTP endpoint the operator reads on process 0: `/metrics` (Prometheus text) and
 `/progress` (one JSON document: step, total, loss, speed, phase, last checkpoint).
 
-The `/progress` field names are a contract with the operator (docs/trainer.md): every field in
-PROGRESS_FIELDS is always present, null until known.
+The `/progress` field names are a contract with the operator (`contract.py`, docs/trainer.md):
+every field in PROGRESS_FIELDS is always present, null until known.
 """
 
 from __future__ import annotations
@@ -18,6 +18,8 @@ from typing import Any
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from tpujob_trainer.contract import PHASES, PROGRESS_FIELDS
 
 GAUGES = {
     "step": ("tpujob_train_step", "Optimizer steps completed."),
@@ -35,16 +37,6 @@ GAUGES = {
 }
 
 
-PHASES = ("starting", "initializing", "compiling", "training", "done")
-
-PROGRESS_FIELDS = (
-    "phase", "step", "total_steps", "loss", "aux_loss", "grad_norm", "lr", "step_time_s",
-    "tokens_per_s", "tokens_per_s_per_device", "tflops_per_device", "mfu", "last_checkpoint_step",
-    "reason", "rss_bytes", "device_bytes_in_use", "device_peak_bytes", "device_bytes_limit",
-    "started_at", "updated_at", "goodput",
-)
-
-
 class Progress:
     """Thread-safe latest figures; `update(**fields)` from the loop, read by the HTTP server."""
 
@@ -59,6 +51,10 @@ class Progress:
         self.update(**initial)
 
     def update(self, **fields: Any) -> None:
+        if "phase" in fields and fields["phase"] not in PHASES:
+            # The operator reads every other word as "training": a new phase is added to the
+            # contract first.
+            raise ValueError(f"phase {fields['phase']!r} is not one of {', '.join(PHASES)}")
         with self._lock:
             self._doc.update(fields)
             self._doc["updated_at"] = time.time()

@@ -8,7 +8,7 @@ exit to `<output>/goodput/<attempt>/process-<i>.json` (storage that outlives the
 compactly, into the termination message. The next start of the job reads the previous attempt's
 records back and serves them as `previous`, so the operator learns the exact last step of an
 attempt it may not have read to the end. Field names are a contract with the operator
-(docs/goodput.md).
+(`contract.py`, docs/goodput.md).
 
 Time is charged by moving a mark: `charge_until_now(category)` gives the seconds since the last
 mark to `category`; a step's completion gives the seconds since the last mark, less the data and
@@ -25,12 +25,12 @@ import threading
 import time
 from typing import Any
 
+from tpujob_trainer.contract import GOODPUT_CATEGORIES, PRODUCTIVE, RECORD_DIR
+
 log = logging.getLogger(__name__)
 
-# The trainer's categories; docs/goodput.md maps them onto ml-goodput-measurement's BadputType.
-CATEGORIES = ("tpu_initialization", "training_prep", "checkpoint_restore", "program_startup",
-              "data_loading", "checkpoint_save", "productive")
-RECORD_DIR = "goodput"
+# The categories and the documents' fields are the contract with the operator (`contract.py`).
+CATEGORIES = GOODPUT_CATEGORIES
 WRITE_TIMEOUT_S = 10.0
 _MAX_STEP_TIMES = 100_000
 
@@ -98,7 +98,7 @@ class Timeline:
         """Step `step` completed now: the time since the last mark, less waits, was productive."""
         with self._lock:
             now = self._clock()
-            self.seconds["productive"] += max(0.0, now - self._mark - self._excluded)
+            self.seconds[PRODUCTIVE] += max(0.0, now - self._mark - self._excluded)
             self._mark, self._excluded = now, 0.0
             first = self.steps == 0
             self.step, self.steps = step, self.steps + 1

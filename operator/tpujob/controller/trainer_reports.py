@@ -1,0 +1,144 @@
+"""What the trainer reports, read in one place: the `/progress` document (or the same fields from
+a program's log lines), the goodput timeline inside it and in the exit records, and the one-line
+JSON termination message. Pure: documents in, small frozen readings out; anything that is not
+such a document reads as None.
+
+The field names are the trainer's (`tpujob_trainer.contract`); tests tie each reading to them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from tpujob.api.status import GoodputAttempt, TrainerSeconds
+from tpujob_trainer.contract import GOODPUT_CATEGORIES, NOT_TRAINING_PHASES
+
+MAX_ATTEMPT_CHARS = 64
+
+
+def _num(value: Any) -> float | None:
+    """A finite number, else None (JSON may carry booleans, strings, NaN or infinities)."""
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        return None
+    return float(value) if value == value and abs(value) != float("inf") else None
+
+
+def _count(value: Any) -> int | None:
+    n = _num(value)
+    return int(n) if n is not None and n >= 0 else None
+
+
+def _seconds(doc: Any) -> TrainerSeconds | None:
+    if not isinstance(doc, dict):
+        return None
+    return TrainerSeconds(**{k: max(0.0, _num(doc.get(k)) or 0.0) for k in GOODPUT_CATEGORIES})
+
+
+@dataclass(frozen=True)
+class TimelineReading:
+    """One start's timeline as the trainer served it (or wrote it on exit)."""
+
+    attempt: str
+    step: int | None = None
+    steps: int = 0
+    resumed_from_step: int | None = None
+    seconds: TrainerSeconds | None = None
+    step_time_median_s: float | None = None
+    step_time_max_deviation_pct: float | None = None
+    previous: TimelineReading | None = None
+
+    @classmethod
+    def from_document(cls, doc: Any) -> TimelineReading | None:
+        """From /progress `goodput`, an exit record summary or the termination message's
+        `goodput`; None when it is not one."""
+        if not isinstance(doc, dict) or not isinstance(doc.get("attempt"), str) \
+                or not doc["attempt"] or len(doc["attempt"]) > MAX_ATTEMPT_CHARS:
+            return None
+        previous = doc.get("previous")
+        return cls(attempt=doc["attempt"], step=_count(doc.get("step")),
+                   steps=_count(doc.get("steps")) or 0,
+                   resumed_from_step=_count(doc.get("resumed_from_step")),
+                   seconds=_seconds(doc.get("seconds")),
+                   step_time_median_s=_num(doc.get("step_time_median_s")),
+                   step_time_max_deviation_pct=_num(doc.get("step_time_max_deviation_pct")),
+                   previous=cls.from_document(previous) if isinstance(previous, dict) else None)
+
+    def as_attempt(self) -> GoodputAttempt:
+        return GoodputAttempt(attempt=self.attempt, resumed_from_step=self.resumed_from_step,
+                              step=self.step, steps=self.steps,
+                              seconds=self.seconds or TrainerSeconds(),
+                              step_time_median_seconds=self.step_time_median_s,
+                              step_time_max_deviation_percent=self.step_time_max_deviation_pct)
+
+
+@dataclass(frozen=True)
+class ProgressReading:
+    """One read of the trainer's /progress document (field names as the trainer serves them)."""
+
+    step: int
+    total_steps: int | None = None
+    loss: float | None = None
+    step_time_s: float | None = None
+    tokens_per_s_per_device: float | None = None
+    tflops_per_device: float | None = None
+    mfu: float | None = None
+    last_checkpoint_step: int | None = None
+    training: bool = True   # False while the process starts, restores or compiles
+    trainer_phase: str | None = None  # the trainer's own word: starting, compiling, training...
+    timeline: TimelineReading | None = None   # the trainer's goodput timeline, if it serves one
+
+    @classmethod
+    def from_document(cls, doc: dict[str, Any]) -> ProgressReading | None:
+        """None when the document is not a progress document (a program that serves
+        something else on the port)."""
+        if not isinstance(doc, dict) or not isinstance(doc.get("step"), int | float):
+            return None
+        phase = doc.get("phase")
+        return cls(step=max(0, int(doc["step"])), total_steps=_count(doc.get("total_steps")),
+                   loss=_num(doc.get("loss")), step_time_s=_num(doc.get("step_time_s")),
+                   tokens_per_s_per_device=_num(doc.get("tokens_per_s_per_device")),
+                   tflops_per_device=_num(doc.get("tflops_per_device")), mfu=_num(doc.get("mfu")),
+                   last_checkpoint_step=_count(doc.get("last_checkpoint_step")),
+                   training=phase not in NOT_TRAINING_PHASES,
+                   trainer_phase=phase[:63] if isinstance(phase, str) and phase else None,
+                   timeline=TimelineReading.from_document(doc.get("goodput")))
+
+
+def termination_document(message: str) -> dict[str, Any] | None:
+    """The trainer's one-line JSON termination message (its last line: a runtime may have written
+    before it), or None when the message is not one."""
+    text = message.strip()
+    if not text:
+        return None
+    try:
+        doc = json.loads(text.splitlines()[-1])
+    except ValueError:
+        return None
+    return doc if isinstance(doc, dict) else None
+
+
+def _terminated(container_status: dict[str, Any]) -> dict[str, Any] | None:
+    state = container_status.get("state") or {}
+    return state.get("terminated") or (container_status.get("lastState") or {}).get("terminated")
+
+
+def read_final_timelines(pods: list[dict[str, Any]]) -> tuple[TimelineReading, ...]:
+    """The goodput timelines trainer processes left in their termination messages as they
+    exited (process 0's first: its seconds are the ones read while it ran)."""
+    found: list[tuple[int, TimelineReading]] = []
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            doc = termination_document((_terminated(cs) or {}).get("message") or "")
+            reading = TimelineReading.from_document(doc.get("goodput") if doc else None)
+            if reading is not None:
+                index = doc["goodput"].get("process_index")
+                found.append((index if isinstance(index, int) else 1 << 30, reading))
+    found.sort(key=lambda item: item[0])
+    # Only process 0's seconds stand; the others add their furthest step.
+    return tuple(r if i == 0 else TimelineReading(attempt=r.attempt, step=r.step)
+                 for i, r in found)
+
+
+__all__ = ["ProgressReading", "TimelineReading", "read_final_timelines", "termination_document"]
