@@ -17,7 +17,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-import tpujob_trainer.checkpoint as checkpoint_module
+import tpujob_trainer.checkpoint.checkpointer as checkpointer_module
 from tpujob_trainer.checkpoint import (
     Checkpointer,
     CheckpointError,
@@ -121,7 +121,7 @@ def test_incomplete_latest_is_skipped(tmp_path, caplog):
 
 @pytest.fixture
 def no_read_pauses(monkeypatch):
-    monkeypatch.setattr(checkpoint_module, "READ_RETRY_DELAYS_S", (0.0, 0.0))
+    monkeypatch.setattr(checkpointer_module, "READ_RETRY_DELAYS_S", (0.0, 0.0))
 
 
 @pytest.mark.integration

@@ -13,7 +13,8 @@ from typing import Any
 import jax
 import numpy as np
 
-from tpujob_trainer.checkpoint import Checkpointer, _agree_all, _from_halves, _to_halves
+from tpujob_trainer.checkpoint.checkpointer import Checkpointer
+from tpujob_trainer.checkpoint.collectives import agree_all, from_halves, to_halves
 from tpujob_trainer.checkpoint.local import LocalTier, LocalTierError
 from tpujob_trainer.config.checkpoint import CheckpointConfig
 
@@ -41,7 +42,7 @@ def _gather_steps(steps: list[int]) -> list[list[int]]:
     from jax.experimental import multihost_utils
     padded = np.full((_AGREED_MAX,), -1, np.int64)
     padded[:len(mine)] = mine
-    gathered = _from_halves(multihost_utils.process_allgather(_to_halves(padded)))
+    gathered = from_halves(multihost_utils.process_allgather(to_halves(padded)))
     gathered = gathered.reshape(-1, _AGREED_MAX)
     return [[int(s) for s in row if s >= 0] for row in gathered]
 
@@ -84,7 +85,7 @@ class TieredCheckpointer:
                 restored = self.local.load(step, abstract_state)
             except LocalTierError as e:
                 why = str(e)
-            if _agree_all(restored is not None):
+            if agree_all(restored is not None):
                 self.local.discard_after(step)
                 self.restored_tier = LOCAL
                 log.info("resuming from local checkpoint %s/%d", self.local.root, step)
