@@ -129,6 +129,13 @@ MODULES: dict[str, list[str]] = {
     **{f"operator/tpujob/local/executor/{name}.py": ["tests/executor/test_policies_unit.py"]
        for name in ("failure_policy", "jobset_children", "jobset_status", "jobset_controller")},
     "operator/tpujob/local/executor/container_env.py": ["tests/executor/test_podenv_unit.py"],
+    "operator/tpujob/local/executor/keys.py": ["tests/executor/test_policies_unit.py"],
+    **{f"operator/tpujob/local/executor/{name}.py": ["tests/executor/test_pod_status_unit.py"]
+       for name in ("pod_status", "in_place_restart")},
+    # The kubelet's and the executor's effects need an API server: a few seconds a run.
+    **{f"operator/tpujob/local/executor/{name}.py": ["tests/executor/test_podenv_unit.py",
+                                                     "tests/executor/test_kubelet.py"]
+       for name in ("kubelet", "executor")},
     "operator/tpujob/local/controlplane/build.py": ["tests/controlplane/test_build_unit.py"],
     "operator/tpujob/local/controlplane/components.py": [
         "tests/controlplane/test_components_unit.py"],

@@ -70,3 +70,37 @@ def test_the_crd_refuses_restart_job_on_one_slice():
     assert any("RestartJob restarts only the failed slice" in e for e in errors), errors
     assert k8s.validate_object(schema, _job(2, strategy="RestartJob")) == []
     assert k8s.validate_object(schema, _job(1, strategy="InPlaceRestart")) == []
+
+
+def _job_template(slices: int, **restart) -> dict:
+    job = _job(slices, **restart)
+    js = build_jobset(job, load_job(job).spec, plan_slice("v6e-16", slices=slices))
+    [rjob] = js["spec"]["replicatedJobs"]
+    return rjob["template"]
+
+
+def test_in_place_restart_meets_jobsets_webhook_and_restarts_containers_in_their_pods():
+    # JobSet v0.12's webhook refuses an InPlaceRestart JobSet unless every replicated job has
+    # backoffLimit MaxInt32, podReplacementPolicy Failed and completions == parallelism
+    # (pkg/webhooks/jobset_webhook.go); the real controller refused backoffLimit 0.
+    template = _job_template(1, strategy="InPlaceRestart", retryableExitCodes=[42, 7])
+    spec = template["spec"]
+    assert (spec["backoffLimit"], spec["podReplacementPolicy"]) == (2**31 - 1, "Failed")
+    assert spec["completions"] == spec["parallelism"] == 4
+    # A retryable exit restarts the container in place (KEP-5307 restart rules); any other
+    # exit fails the pod, for the pod failure policy to judge.
+    for container in spec["template"]["spec"]["containers"]:
+        assert container["restartPolicy"] == "Never"
+        [rule] = container["restartPolicyRules"]
+        assert rule["action"] == "Restart" and rule["exitCodes"]["operator"] == "In"
+        assert rule["exitCodes"]["values"] == [7, 42, *range(129, 256)]
+        assert len(rule["exitCodes"]["values"]) <= 255  # the API's limit
+    assert spec["template"]["spec"]["restartPolicy"] == "Never"
+
+
+@pytest.mark.parametrize("restart", [{}, {"strategy": "RestartJob"}])
+def test_other_strategies_leave_pod_failures_to_the_job(restart):
+    spec = _job_template(2, **restart)["spec"]
+    assert spec["backoffLimit"] == 0 and "podReplacementPolicy" not in spec
+    assert all("restartPolicyRules" not in c and "restartPolicy" not in c
+               for c in spec["template"]["spec"]["containers"])

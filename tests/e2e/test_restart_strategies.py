@@ -1,6 +1,8 @@
-"""The restart strategies of `spec.restartPolicy.strategy` as the JobSet controller runs them, on
-both control planes: `RestartJob` (JobSet v0.12's RestartJob rule action) recreates only the
-slice whose Job failed, and the other slice's pods and processes go on untouched."""
+"""The restart strategies of `spec.restartPolicy.strategy` as the JobSet controller and the
+kubelet run them, on both control planes: `RestartJob` (JobSet v0.12's RestartJob rule action)
+recreates only the slice whose Job failed, and the other slice's pods and processes go on
+untouched; `InPlaceRestart` starts a container that exited with a retryable code again in its
+pod, on its node, with its node-local (emptyDir) checkpoints."""
 
 from __future__ import annotations
 
@@ -91,3 +93,59 @@ def test_restart_job_recreates_only_the_failed_slice(local, tmp_path):
     job = local.wait_phase(name, "Succeeded", "Failed", timeout=90)
     assert job["status"]["phase"] == "Succeeded", job["status"]
     assert job["status"]["restarts"] == 1
+
+
+def test_in_place_restart_starts_the_container_again_in_its_pod(local, tmp_path):
+    name = unique("inplace")
+    code = (
+        "import os, pathlib, sys, time\n"
+        f"d = pathlib.Path({str(tmp_path)!r})\n"
+        "me = os.environ['HOSTNAME']\n"
+        "kept = pathlib.Path(os.environ['TPUJOB_LOCAL_CHECKPOINT_DIR']) / 'step-10'\n"
+        "if kept.exists():\n"
+        "    (d / (me + '.kept')).touch()\n"
+        "kept.write_text('10')\n"
+        "while not (d / 'done').exists():\n"
+        "    if me.endswith('-slice-0-0') and (d / 'fail').exists() and "
+        "not (d / 'failed').exists():\n"
+        "        (d / 'failed').touch()\n"
+        "        sys.exit(42)\n"
+        "    time.sleep(0.05)\n")
+    local.apply(name, stand_in(code, restartPolicy={"maxRestarts": 2, "strategy": "InPlaceRestart"},
+                               localCheckpoints={"medium": "Disk", "everySteps": 10}))
+    local.wait_phase(name, "Running", timeout=120)
+    first = wait_for(lambda: len(local.processes(name)) == 2 and local.processes(name),
+                     timeout=60, message="both hosts' processes")
+    before = {p["metadata"]["name"]: p for p in local.pods(name)}
+    (tmp_path / "fail").touch()
+
+    host0 = f"{name}-slice-0-0"
+
+    def restarted():
+        pods = [p for p in local.pods(name) if p["metadata"]["name"].startswith(host0)]
+        statuses = [s for p in pods for s in (p.get("status") or {}).get("containerStatuses")
+                    or []]
+        return len(pods) == 1 and statuses and statuses[0]["restartCount"] == 1 and \
+            "running" in statuses[0]["state"] and pods[0]
+    pod = wait_for(restarted, timeout=60, message="host 0's container to start again")
+    # The same pod (name, uid, node), its container started again in place, reported as the
+    # kubelet reports a restart: restartCount, the last run's exit in lastState.
+    old = before[pod["metadata"]["name"]]
+    assert pod["metadata"]["uid"] == old["metadata"]["uid"]
+    assert pod["spec"].get("nodeName") == old["spec"].get("nodeName")
+    [status] = pod["status"]["containerStatuses"]
+    assert status["lastState"]["terminated"]["exitCode"] == 42, status
+    assert pod["status"]["phase"] == "Running"
+    # The node-local (emptyDir) checkpoint outlived the restart; host 1 never stopped.
+    wait_for(lambda: (tmp_path / f"{host0}.kept").exists(), timeout=30,
+             message="the restarted process to find its local checkpoint")
+    kept = [p for p in first if not p["pod"].startswith(host0)]
+    assert len(kept) == 1 and is_alive(kept[0]["pid"])
+    assert {p["metadata"]["uid"] for p in local.pods(name)} == \
+        {p["metadata"]["uid"] for p in before.values()}
+    # Nothing failed at the Job or JobSet level: no JobSet restart.
+    assert (_jobset(local, name).get("status") or {}).get("restarts", 0) == 0
+
+    (tmp_path / "done").touch()
+    job = local.wait_phase(name, "Succeeded", "Failed", timeout=90)
+    assert job["status"]["phase"] == "Succeeded", job["status"]

@@ -428,3 +428,19 @@ def test_pods_stopped_by_a_suspension_do_not_count_after_the_resume():
     assert "failed" not in resumed.status and resumed.release_pods == late
     counted = plan_job(job, late, NOW)
     assert counted.status["failed"] == 2
+
+
+def test_in_place_restart_fails_the_jobset_once_a_container_restarted_past_max():
+    js = jobset(failurePolicy={"maxRestarts": 1, "restartStrategy": "InPlaceRestart"})
+    jobs = [_child(js, 0, 0, ready=2), _child(js, 1, 0, ready=2), _child(js, 1, 1, ready=2)]
+    pod = {"metadata": {"labels": {"jobset.sigs.k8s.io/jobset-name": "js"}},
+           "status": {"phase": "Running", "containerStatuses": [{"restartCount": 1}]}}
+    assert "terminalState" not in plan_jobset(js, jobs, NOW, [pod]).status
+    pod["status"]["containerStatuses"][0]["restartCount"] = 2
+    plan = plan_jobset(js, jobs, NOW, [pod])
+    assert plan.status["terminalState"] == "Failed"
+    [failed] = [c for c in plan.status["conditions"] if c["type"] == "Failed"]
+    assert failed["reason"] == "ReachedMaxRestarts"
+    # Recreate does not look at container restarts.
+    js["spec"]["failurePolicy"]["restartStrategy"] = "Recreate"
+    assert "terminalState" not in plan_jobset(js, jobs, NOW, [pod]).status

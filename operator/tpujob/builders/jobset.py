@@ -24,6 +24,10 @@ SHM_VOLUME = "dshm"
 CONFIG_VOLUME = "config"
 LOCAL_CHECKPOINT_VOLUME = "local-checkpoints"
 TERMINATION_GRACE_SECONDS = 120  # time to finish an async checkpoint after SIGTERM
+# What JobSet v0.12's webhook asks of every replicated job of an InPlaceRestart JobSet
+# (pkg/webhooks/jobset_webhook.go): pod failures must not fail the Job (a failed pod is
+# replaced on its own, once it has fully failed).
+IN_PLACE_BACKOFF_LIMIT = 2**31 - 1
 
 
 def build_owner_reference(job: dict[str, Any]) -> dict[str, Any]:
@@ -100,6 +104,14 @@ def build_failure_policy(spec: TpuTrainingJobSpec) -> dict[str, Any]:
     }
 
 
+def build_in_place_restart_rules(spec: TpuTrainingJobSpec) -> dict[str, Any]:
+    """InPlaceRestart: a container that exits with a retryable code starts again in its pod, on
+    its node (Kubernetes 1.35's container restart rules, KEP-5307, beta and on by default); any
+    other exit fails the pod, and the pod failure policy decides as with Recreate."""
+    return {"restartPolicy": "Never", "restartPolicyRules": [
+        {"action": "Restart", "exitCodes": {"operator": "In", "values": _retryable_codes(spec)}}]}
+
+
 def _container(spec: TpuTrainingJobSpec, plan: SlicePlan, jobset_name: str, name: str,
                index: int) -> dict[str, Any]:
     resources: dict[str, dict[str, Any]] = {
@@ -141,6 +153,8 @@ def _container(spec: TpuTrainingJobSpec, plan: SlicePlan, jobset_name: str, name
     if spec.local_checkpoints is not None:
         container["volumeMounts"].append({"name": LOCAL_CHECKPOINT_VOLUME,
                                           "mountPath": names.LOCAL_CHECKPOINT_MOUNT})
+    if spec.restart_policy.strategy == RestartStrategy.IN_PLACE_RESTART:
+        container.update(build_in_place_restart_rules(spec))
     return container
 
 
@@ -205,6 +219,8 @@ def build_jobset(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: SlicePlan
             "completionMode": "Indexed",
             "backoffLimit": 0,
             "podFailurePolicy": build_pod_failure_policy(spec, containers),
+            **({"backoffLimit": IN_PLACE_BACKOFF_LIMIT, "podReplacementPolicy": "Failed"}
+               if spec.restart_policy.strategy == RestartStrategy.IN_PLACE_RESTART else {}),
             "template": {
                 "metadata": {"labels": dict(child["labels"])},
                 "spec": build_pod_spec(name, spec, plan, name, meta["namespace"]),

@@ -41,6 +41,7 @@ from .objects import (
     has_finalizer,
     is_deleting,
     is_pod_terminal,
+    labels,
     meta,
     name,
     namespace,
@@ -266,7 +267,9 @@ class Executor:
 
         # JobSet controller.
         for js in jobsets:
-            plan = plan_jobset(js, controlled_jobs(js, jobs), now)
+            own_pods = [p for p in pods if namespace(p) == namespace(js) and
+                        labels(p).get(keys.JOBSET_NAME) == name(js)]
+            plan = plan_jobset(js, controlled_jobs(js, jobs), now, own_pods)
             if not self._apply_jobset_plan(js, plan):
                 next_due = 0.05
         return next_due

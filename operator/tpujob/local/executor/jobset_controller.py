@@ -14,7 +14,9 @@ The steps follow kubernetes-sigs/jobset v0.12's `reconcile`, in its order:
   6. succeeded Jobs are checked against the success policy;
   7. ensure the headless Service (DNS host names), create missing Jobs (dependsOn and the InOrder
      startup policy gate them);
-  8. suspend or resume the active Jobs.
+  8. suspend or resume the active Jobs;
+  9. InPlaceRestart: fail once a container of its pods restarted more than maxRestarts times,
+     and follow the pods' in-place restart attempts (`in_place_restart`).
 The JobSet webhook's defaults (successPolicy All, completionMode Indexed, DNS host names on,
 pod restartPolicy OnFailure) are applied in memory: this emulation has no admission webhook.
 """
@@ -27,6 +29,7 @@ from typing import Any
 
 from . import keys
 from .failure_policy import FailureDecision, decide_failure
+from .in_place_restart import decide_in_place_restart, is_in_place_restart
 from .jobset_children import (
     build_headless_service,
     build_job,
@@ -88,8 +91,10 @@ class _Reconcile:
         self.status["terminalState"] = JobSetCondition.COMPLETED
 
 
-def plan_jobset(jobset: dict[str, Any], jobs: list[dict[str, Any]], now: float) -> JobSetPlan:
-    """Reconcile one JobSet against its child Jobs (those it controls)."""
+def plan_jobset(jobset: dict[str, Any], jobs: list[dict[str, Any]], now: float,
+                pods: list[dict[str, Any]] | None = None) -> JobSetPlan:
+    """Reconcile one JobSet against its child Jobs (those it controls) and, for
+    InPlaceRestart, its pods (those labelled with its name)."""
     js = default_jobset(jobset)
     r = _Reconcile(js, now)
     original = copy.deepcopy(jobset.get("status") or {})
@@ -103,7 +108,7 @@ def plan_jobset(jobset: dict[str, Any], jobs: list[dict[str, Any]], now: float) 
     statuses = replicated_job_statuses(js, owned)
     r.status["replicatedJobsStatus"] = statuses
     try:
-        _reconcile(r, owned, statuses)
+        _reconcile(r, owned, statuses, pods or [])
     finally:
         if not r.status.get("restartsCountTowardsMax"):
             r.status.pop("restartsCountTowardsMax", None)
@@ -111,7 +116,8 @@ def plan_jobset(jobset: dict[str, Any], jobs: list[dict[str, Any]], now: float) 
     return plan
 
 
-def _reconcile(r: _Reconcile, owned: ChildJobs, statuses: list[dict[str, Any]]) -> None:
+def _reconcile(r: _Reconcile, owned: ChildJobs, statuses: list[dict[str, Any]],
+               pods: list[dict[str, Any]]) -> None:
     js, plan = r.js, r.plan
     # A finished JobSet only cleans up its active Jobs, and goes after its TTL.
     if is_finished(js):
@@ -160,6 +166,15 @@ def _reconcile(r: _Reconcile, owned: ChildJobs, statuses: list[dict[str, Any]]) 
         r.condition(JobSetCondition.SUSPENDED, "True", *keys.JOBSET_SUSPENDED)
     else:
         _resume_jobs(r, owned, statuses)
+    # InPlaceRestart: the pods' container restarts and in-place restart attempts.
+    if is_in_place_restart(js["spec"]):
+        verdict = decide_in_place_restart(js["spec"], r.status, pods)
+        if verdict.fail:
+            r.fail(*keys.REACHED_MAX_RESTARTS)
+        if verdict.current_attempt is not None:
+            r.status["currentInPlaceRestartAttempt"] = verdict.current_attempt
+        if verdict.previous_attempt is not None:
+            r.status["previousInPlaceRestartAttempt"] = verdict.previous_attempt
 
 
 def _restart_one_job(r: _Reconcile, decision: FailureDecision,

@@ -79,14 +79,37 @@ def exit_code_of(returncode: int) -> int:
     """A container runtime's exit code: 128 + N for a process killed by signal N."""
     return returncode if returncode >= 0 else 128 - returncode
 
+
 def is_init_done(c: ContainerRun) -> bool:
     return c.terminated is not None and c.terminated["exitCode"] == 0
 
 
+def _rule_matches(rule: dict[str, Any], code: int) -> bool:
+    exit_codes = rule.get("exitCodes") or {}
+    listed = code in [int(v) for v in exit_codes.get("values") or []]
+    return listed if exit_codes.get("operator") == "In" else \
+        exit_codes.get("operator") == "NotIn" and not listed
+
+
 def should_restart(c: ContainerRun, policy: str) -> bool:
-    if policy == "Always" and not c.init:
-        return True
-    return policy in ("Always", "OnFailure") and c.terminated["exitCode"] != 0
+    """Whether the terminated container starts again in place, as the kubelet of Kubernetes
+    1.35 decides it (`ContainerShouldRestart`, pkg/api/v1/pod/util.go, with the beta gate
+    ContainerRestartRules on): a regular container's own `restartPolicy` and its
+    `restartPolicyRules` (the first rule whose exit codes match decides; `Restart` restarts it;
+    `RestartAllContainers`, behind the alpha gate RestartAllContainersOnContainerExits, falls
+    back to the container's policy), else the pod's restartPolicy. Init containers follow the
+    pod's (no sidecars here)."""
+    code = c.terminated["exitCode"]
+    own = None if c.init else c.spec.get("restartPolicy")
+    if own is not None:
+        rule = next((r for r in c.spec.get("restartPolicyRules") or []
+                     if _rule_matches(r, code)), None)
+        if rule is not None and rule.get("action") == "Restart":
+            return True
+        policy = own
+    if policy == "Always":
+        return not c.init or code != 0
+    return policy == "OnFailure" and code != 0
 
 
 def has_started(pod: dict[str, Any]) -> bool:
@@ -110,12 +133,12 @@ def pod_outcome(run: PodRun) -> str | None:
         return PodPhase.FAILED
     if not run.containers or any(c.terminated is None for c in run.containers):
         return None
-    codes = [c.terminated["exitCode"] for c in run.containers]
-    if restart == "Never":
-        return PodPhase.SUCCEEDED if all(code == 0 for code in codes) else PodPhase.FAILED
-    if restart == "OnFailure" and all(code == 0 for code in codes):
-        return PodPhase.SUCCEEDED
-    return None
+    # Every container has stopped: the pod runs on while one of them is to start again
+    # (the kubelet's getPhase with ContainerRestartRules on).
+    if any(should_restart(c, restart) for c in run.containers):
+        return None
+    ok = all(c.terminated["exitCode"] == 0 for c in run.containers)
+    return PodPhase.SUCCEEDED if ok else PodPhase.FAILED
 
 
 # -- status ------------------------------------------------------------------------------------
