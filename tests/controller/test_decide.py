@@ -7,7 +7,7 @@ import pytest
 
 from tpujob.api.status import FailureReason, Phase, Progress, TpuTrainingJobStatus, find_condition
 from tpujob.controller.decide import Action, Observation, decide, stall_deadline
-from tpujob.controller.observe import JobSetState
+from tpujob.controller.observe import FailureCause, JobSetState
 from tpujob.controller.trainer_reports import ProgressReading
 from tpujob.validation import validate_job
 
@@ -58,7 +58,7 @@ def cond(decision, type_):
     (status(Phase.RESTARTING, restarts=1, jobset_restarts=1), obs(js(ready_jobs=1, restarts=1)),
      Phase.RUNNING, [], "Running"),
     (status(Phase.RUNNING), obs(js(completed=True)), Phase.SUCCEEDED, [], "Succeeded"),
-    (status(Phase.RUNNING), obs(js(failed=True), failure=(FailureReason.OUT_OF_MEMORY, "oom")),
+    (status(Phase.RUNNING), obs(js(failed=True), failure=FailureCause(FailureReason.OUT_OF_MEMORY, "oom")),
      Phase.FAILED, [], "Failed"),
     # queued by Kueue until admitted
     (status(Phase.QUEUED), obs(js(suspended=True, queue_name="q"),
@@ -135,7 +135,7 @@ def test_spec_change_while_running_is_refused_once_with_an_event():
 
 def test_restart_counts_and_survives_a_recreated_jobset():
     d = decide(status(Phase.RUNNING), obs(js(ready_jobs=0, restarts=2),
-                                          failure=(FailureReason.PREEMPTED, "pod x preempted")))
+                                          failure=FailureCause(FailureReason.PREEMPTED, "pod x preempted")))
     assert d.status.restarts == 2 and d.status.jobset_restarts == 2
     restarted = [e for e in d.events if e.reason == "Restarted"]
     assert restarted and "pod x preempted" in restarted[0].message
@@ -145,15 +145,22 @@ def test_restart_counts_and_survives_a_recreated_jobset():
 
 
 @pytest.mark.parametrize("failure, restarts, reason", [
-    ((FailureReason.OUT_OF_MEMORY, "oom"), 0, FailureReason.OUT_OF_MEMORY),
-    ((FailureReason.CONFIG_ERROR, "bad"), 0, FailureReason.CONFIG_ERROR),
-    ((FailureReason.PREEMPTED, "spot"), 3, FailureReason.RESTART_LIMIT_EXCEEDED),
+    (FailureCause(FailureReason.OUT_OF_MEMORY, "oom", "j-0", "trainer"), 0,
+     FailureReason.OUT_OF_MEMORY),
+    (FailureCause(FailureReason.CONFIG_ERROR, "bad", "j-1", "trainer-1"), 0,
+     FailureReason.CONFIG_ERROR),
+    (FailureCause(FailureReason.PREEMPTED, "spot", "j-0", "trainer"), 3,
+     FailureReason.RESTART_LIMIT_EXCEEDED),
     (None, 0, FailureReason.ERROR),
 ])
 def test_failure_reason(failure, restarts, reason):
     d = decide(status(Phase.RUNNING, restarts=restarts, jobset_restarts=restarts),
                obs(js(failed=True, restarts=restarts, message="jobset failed"), failure=failure))
     assert d.status.failure.reason == reason
+    # The container that explains it is named apart from the message (its logs say more).
+    assert (d.status.failure.pod, d.status.failure.container) == \
+        ((failure.pod, failure.container) if failure else (None, None))
+    assert d.status.failure.message.endswith(failure.message if failure else "jobset failed")
     assert (cond(d, "Failed").status, cond(d, "Failed").reason) == ("True", reason.value)
     assert d.status.completion_time == T0
 

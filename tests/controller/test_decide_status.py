@@ -10,6 +10,7 @@ import pytest
 from tests.controller.test_decide import T0, TINY, cond, js, obs, running_status, status
 from tpujob.api.status import FailureReason, Phase, Progress
 from tpujob.controller.decide import Action, Decision, Event, decide
+from tpujob.controller.observe import FailureCause
 from tpujob.controller.trainer_reports import ProgressReading
 
 pytestmark = pytest.mark.unit
@@ -215,7 +216,7 @@ def test_an_unreadable_update_leaves_the_jobset_as_it_runs(prev, jobset, phase):
 def test_a_failure_under_an_unreadable_update_gives_the_cause_not_a_made_up_limit():
     d = decide(status(Phase.RUNNING),
                obs(js(failed=True, restarts=1), spec=UNREADABLE,
-                   failure=(FailureReason.PREEMPTED, "pod p was disrupted")))
+                   failure=FailureCause(FailureReason.PREEMPTED, "pod p was disrupted")))
     assert d.status.phase == Phase.FAILED
     assert (d.status.failure.reason, d.status.failure.message) == \
         (FailureReason.PREEMPTED, "pod p was disrupted")

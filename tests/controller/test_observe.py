@@ -63,7 +63,8 @@ def test_the_specific_cause_beats_its_consequences():
     exits = [ContainerExit("a", "trainer", 42, "Error", trainer_says("PeerLost")),
              ContainerExit("b", "trainer", 4, "Error", trainer_says("OutOfMemory")),
              ContainerExit("c", "trainer", 143, "Error")]
-    assert explain_failure(exits)[0] == FailureReason.OUT_OF_MEMORY
+    assert explain_failure(exits)[:4] == (FailureReason.OUT_OF_MEMORY, exits[1].classify()[1],
+                                          "b", "trainer")
     assert explain_failure([]) is None
 
 
@@ -244,8 +245,9 @@ def test_the_reason_is_read_from_the_last_line_of_the_message():
      FailureReason.NAN_LOSS, "NaNLoss"),
 ])
 def test_what_a_pod_says_reaches_the_explanation(status, reason, says):
-    got, message = explain_failure(read_container_exits([_pod("p", statuses=[status])]))
-    assert got == reason and says in message
+    got = explain_failure(read_container_exits([_pod("p", statuses=[status])]))
+    assert got.reason == reason and says in got.message
+    assert (got.pod, got.container) == ("p", status["name"])
 
 
 @pytest.mark.parametrize("labels, attempt", [

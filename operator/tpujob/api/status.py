@@ -264,6 +264,9 @@ class Failure(ApiModel):
 
     reason: FailureReason = Field(..., description="Machine-readable cause.")
     message: str = Field("", max_length=32768, description="What happened and what to change.")
+    pod: str | None = Field(None, max_length=253, description="The pod whose container's exit "
+                            "explains the failure, when one does (its logs say more).")
+    container: str | None = Field(None, max_length=63, description="That pod's container.")
 
 
 class TpuTrainingJobStatus(ApiModel):

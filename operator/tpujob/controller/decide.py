@@ -30,7 +30,7 @@ from tpujob.api.status import (
     find_condition,
 )
 from tpujob.controller.goodput import account, summary
-from tpujob.controller.observe import JobSetState
+from tpujob.controller.observe import FailureCause, JobSetState
 from tpujob.controller.trainer_reports import ProgressReading, TimelineReading
 from tpujob.validation import Verdict
 
@@ -66,7 +66,7 @@ class Observation:
     jobset: JobSetState
     spec_matches: bool = True           # the JobSet's spec is what the job's spec builds
     changed_fields: tuple[str, ...] = ()
-    failure: tuple[FailureReason, str] | None = None   # from the pods, when read
+    failure: FailureCause | None = None   # from the pods, when read
     progress: ProgressReading | None = None            # None: not read or not served
     finals: tuple[TimelineReading, ...] = ()           # timelines left in termination messages
     blocked: tuple[FailureReason, str] | None = None   # children cannot be created (yet)
@@ -206,8 +206,9 @@ def _refusal_reason(reason: str) -> FailureReason:
         return FailureReason.INVALID_SPEC
 
 
-def _fail(b: _Builder, reason: FailureReason, message: str) -> Decision:
-    b.status.failure = Failure(reason=reason, message=message)
+def _fail(b: _Builder, reason: FailureReason, message: str, *, pod: str | None = None,
+          container: str | None = None) -> Decision:
+    b.status.failure = Failure(reason=reason, message=message, pod=pod, container=container)
     b.set(ConditionType.FAILED, True, reason.value, message)
     return b.finish(Phase.FAILED, message)
 
@@ -284,7 +285,7 @@ def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
             prev.conditions, ConditionType.PROGRESS_READABLE.value) is not None:
         b.set(ConditionType.PROGRESS_READABLE, True, "ProgressRead", "")
     if b.status.restarts > prev.restarts and not js.failed:
-        cause = f": {obs.failure[1]}" if obs.failure else ""
+        cause = f": {obs.failure.message}" if obs.failure else ""
         b.event("Warning", "Restarted", f"restart {b.status.restarts} of "
                 f"{spec.restart_policy.max_restarts if spec else '?'}{cause}")
     if not verdict.valid:
@@ -311,14 +312,16 @@ def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
         b.set(ConditionType.SUCCEEDED, True, "Completed", js.message or "every host finished")
         return b.finish(Phase.SUCCEEDED, "training finished")
     if js.failed:
-        reason, message = obs.failure or (FailureReason.ERROR, js.message or "the JobSet failed")
+        cause = obs.failure or FailureCause(FailureReason.ERROR,
+                                            js.message or "the JobSet failed")
+        reason, message = cause.reason, cause.message
         # Under an update that cannot be read, the limit is unknown: the cause stands as seen.
         max_restarts = spec.restart_policy.max_restarts if spec else None
         if reason in RETRYABLE and max_restarts is not None and js.restarts >= max_restarts:
             message = f"restarted {b.status.restarts} times (restartPolicy.maxRestarts " \
                       f"{max_restarts}); last failure: {message}"
             reason = FailureReason.RESTART_LIMIT_EXCEEDED
-        return _fail(b, reason, message)
+        return _fail(b, reason, message, pod=cause.pod, container=cause.container)
     if spec is not None and spec.suspend:
         if not js.suspended:
             b.actions.append(Action.SUSPEND)

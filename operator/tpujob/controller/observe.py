@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from tpujob.api.status import FailureReason
 from tpujob.builders import names
@@ -186,16 +186,26 @@ def read_container_exits(pods: list[dict[str, Any]]) -> list[ContainerExit]:
     return exits
 
 
-def explain_failure(exits: list[ContainerExit]) -> tuple[FailureReason, str] | None:
+class FailureCause(NamedTuple):
+    """Why the job's last attempt failed, and the container that says so (status.failure)."""
+
+    reason: FailureReason
+    message: str
+    pod: str | None = None
+    container: str | None = None
+
+
+def explain_failure(exits: list[ContainerExit]) -> FailureCause | None:
     """The most specific cause among the newest attempt's failed containers: a fatal trainer
     reason or a disruption the cluster recorded beats a crash, which beats a lost peer or a
     signal (usually the consequences of the others)."""
     if not exits:
         return None
     newest = exits[0].restart_attempt
-    candidates = [(e.classify(), e.disrupted) for e in exits if e.restart_attempt == newest]
-    candidates.sort(key=lambda c: 0 if c[1] else _RANK.get(c[0][0], 0))
-    return candidates[0][0]
+    candidates = [(e.classify(), e) for e in exits if e.restart_attempt == newest]
+    candidates.sort(key=lambda c: 0 if c[1].disrupted else _RANK.get(c[0][0], 0))
+    (reason, message), container = candidates[0]
+    return FailureCause(reason, message, container.pod or None, container.container or None)
 
 
 def running_process_zero_pods(pods: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:

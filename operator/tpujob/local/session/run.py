@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import re
 import shutil
 import signal
 import sys
@@ -271,7 +270,7 @@ def _summarize(cluster: LocalCluster, jobs: list[dict[str, Any]], display: Displ
         err.write(f"{name} {status.get('phase', 'Failed').lower()}: "
                   f"{failure.get('reason', 'Error')}: {failure.get('message', '')}\n")
         tail = _failed_log_tail(cluster, job["metadata"].get("namespace", DEFAULT_NAMESPACE),
-                                failure.get("message", ""))
+                                failure)
         if tail:
             err.write(tail)
     return code
@@ -292,17 +291,17 @@ def _goodput_line(status: dict[str, Any]) -> str | None:
         return None
 
 
-def _failed_log_tail(cluster: LocalCluster, namespace: str, message: str) -> str:
-    """The last lines of the log of the container a failure message names."""
-    match = re.search(r"pod (\S+), container (\S+?)[\s:]", message + " ")
-    if not match:
+def _failed_log_tail(cluster: LocalCluster, namespace: str, failure: dict[str, Any]) -> str:
+    """The last lines of the log of the container status.failure names."""
+    pod, container = failure.get("pod"), failure.get("container")
+    if not pod or not container:
         return ""
-    directory = cluster.workdir / "pods" / namespace / match[1] / "containers" / match[2]
+    directory = cluster.workdir / "pods" / namespace / pod / "containers" / container
     logs = sorted(directory.glob("*.log"), key=lambda p: int(p.stem) if p.stem.isdigit() else 0)
     if not logs:
         return ""
     lines = logs[-1].read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:]
-    header = f"--- last lines of {match[1]}/{match[2]} ({logs[-1]}) ---\n"
+    header = f"--- last lines of {pod}/{container} ({logs[-1]}) ---\n"
     return header + "".join(f"  {line}\n" for line in lines)
 
 
