@@ -1,6 +1,7 @@
 """`tpujob local run FILE` as a person runs it, in a subprocess: its exit status and what it
-prints for jobs that succeed, fail and are refused, SIGTERM in the middle of a run stopping
-every process it started, and the README's first command (the quickstart example) succeeding."""
+prints for jobs that succeed, fail and are refused (a success and a failure on the real control
+plane too), SIGTERM in the middle of a run stopping every process it started, and the README's
+first command (the quickstart example) succeeding."""
 
 from __future__ import annotations
 
@@ -22,6 +23,9 @@ from tests.e2e.test_failures import OUT_OF_MEMORY, SLEEP
 from tests.support.apiserver import wait_for
 
 pytestmark = pytest.mark.e2e
+# The tests that take `control_plane` run on both; the real plane costs about 8 s to start, so
+# one case does.
+CONTROL_PLANES = ("embedded", "real")
 
 TPUJOB = [sys.executable, "-m", "tpujob.cli.main"]
 
@@ -44,11 +48,12 @@ def local_run(*args: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 
 
-def test_one_job_succeeds_and_one_runs_out_of_memory(tmp_path):
+def test_one_job_succeeds_and_one_runs_out_of_memory(tmp_path, control_plane):
     file = job_file(tmp_path / "jobs.yaml",
                     ("fine", stand_in("print('hello from a host')")),
                     ("oom", stand_in(OUT_OF_MEMORY, restartPolicy={"maxRestarts": 2})))
-    run = local_run(str(file), "--timeout", "90", "--workdir", str(tmp_path / "work"))
+    run = local_run(str(file), "--timeout", "90", "--workdir", str(tmp_path / "work"),
+                    "--control-plane", control_plane)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "Applied TpuTrainingJob fine, TpuTrainingJob oom" in run.stdout
     assert "fine succeeded: done" in run.stdout

@@ -1,7 +1,7 @@
 """`tpujob local up` in a subprocess: it prints how to use it and writes a kubeconfig; a job
 applied with kubectl (or over HTTP where kubectl is not installed) runs, writes to its `gs://`
 output and succeeds; SIGINT while another job runs stops everything and leaves no process
-behind."""
+behind (on both control planes)."""
 
 from __future__ import annotations
 
@@ -23,6 +23,8 @@ from tests.support.apiserver import wait_for
 from tests.support.ci_skips import in_ci
 
 pytestmark = pytest.mark.e2e
+# The tests that take `control_plane` run on both (the real plane costs about 8 s to start).
+CONTROL_PLANES = ("embedded", "real")
 
 # Each host writes an object to the job's bucket, then works for a moment.
 WRITE_AND_WAIT = ("import os, time, gcsfs\n"
@@ -69,14 +71,17 @@ class Kubectl:
         return ((r.json().get("status") or {}).get("phase")) or ""
 
 
-def test_up_serves_kubectl_until_sigint(tmp_path):
+def test_up_serves_kubectl_until_sigint(tmp_path, control_plane):
     kubeconfig = tmp_path / "kube" / "config"
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    proc = subprocess.Popen([sys.executable, "-m", "tpujob.cli.main", "local", "up",
-                             "--port", str(port), "--kubeconfig", str(kubeconfig),
-                             "--workdir", str(tmp_path / "w")],
+    # The real kube-apiserver picks its own port, serves HTTPS and wants a client certificate
+    # (in the kubeconfig): kubectl talks to it.
+    where = ["--port", str(port)] if control_plane == "embedded" else []
+    proc = subprocess.Popen([sys.executable, "-m", "tpujob.cli.main", "local", "up", *where,
+                             "--kubeconfig", str(kubeconfig), "--workdir", str(tmp_path / "w"),
+                             "--control-plane", control_plane],
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     out: list[str] = []
     reader = threading.Thread(target=lambda: out.extend(proc.stdout), daemon=True)
@@ -89,9 +94,14 @@ def test_up_serves_kubectl_until_sigint(tmp_path):
         assert "kubectl apply -f manifests/examples/quickstart.yaml" in text
         assert "kubectl get tpujobs -w" in text
         server = yaml.safe_load(kubeconfig.read_text())["clusters"][0]["cluster"]["server"]
-        assert server == f"http://127.0.0.1:{port}"
+        if control_plane == "embedded":
+            assert server == f"http://127.0.0.1:{port}"
+        else:
+            assert re.fullmatch(r"https://127\.0\.0\.1:\d+", server), server
         gcs = re.search(r"GCS emulator\s+(http://\S+)", text)[1]
         kubectl = Kubectl(kubeconfig, server)
+        if control_plane == "real" and kubectl.binary is None:
+            pytest.fail("the real control plane is reached with kubectl, which is not on PATH")
 
         path = tmp_path / "job.yaml"
         path.write_text(yaml.safe_dump(job("up-job", WRITE_AND_WAIT)))
