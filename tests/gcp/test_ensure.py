@@ -20,12 +20,8 @@ from tpujob.gcp import (
     ensure_workload_policy,
     ensure_workload_policy_for_plan,
 )
-from tpujob.local.compute_standin import (
-    PERMISSION_CREATE,
-    PERMISSION_GET,
-    PERMISSION_OPERATION,
-    ComputeStandIn,
-)
+from tpujob.local.compute_api import PERMISSION_CREATE, PERMISSION_GET, PERMISSION_OPERATION
+from tpujob.local.compute_standin import ComputeStandIn
 from tpujob_plan.slice_plan import plan_slice
 
 pytestmark = pytest.mark.integration

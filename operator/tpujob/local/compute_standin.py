@@ -6,8 +6,8 @@ in memory, and answers in Compute Engine's shapes: resources with selfLink/statu
 that are RUNNING until polled `operation_polls` times, and error bodies
 `{"error": {"code", "message", "errors": [{"reason", ...}]}}` with the reasons Compute Engine
 uses (notFound, alreadyExists, forbidden, invalid, rateLimitExceeded, ...). Inserts are checked
-like the real API does: unknown fields are refused, names must follow RFC 1035, and a repeated
-requestId returns the first insert's operation.
+like the real API does (unknown fields are refused, names must follow RFC 1035: those rules and
+shapes are `compute_api`'s), and a repeated requestId returns the first insert's operation.
 
 Faults can be switched on to exercise a client: the next N requests failing with 503/429 or
 answered late, a missing IAM permission (403), a failing operation, a quota, a disabled API.
@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import itertools
 import json
-import re
 import threading
 import time
 import uuid
@@ -36,38 +35,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-API_ROOT = "/compute/v1"
-PERMISSION_GET = "compute.resourcePolicies.get"
-PERMISSION_CREATE = "compute.resourcePolicies.create"
-PERMISSION_OPERATION = "compute.regionOperations.get"
-
-_REGION_PATH = r"/projects/(?P<project>[^/]+)/regions/(?P<region>[^/]+)"
-_ROUTES = [
-    ("POST", re.compile(rf"^{_REGION_PATH}/resourcePolicies$"), "insert"),
-    ("GET", re.compile(rf"^{_REGION_PATH}/resourcePolicies/(?P<name>[^/]+)$"), "get"),
-    ("GET", re.compile(rf"^{_REGION_PATH}/operations/(?P<operation>[^/]+)$"), "operation"),
-    ("POST", re.compile(rf"^{_REGION_PATH}/operations/(?P<operation>[^/]+)/wait$"), "wait"),
-]
-_PERMISSIONS = {"get": PERMISSION_GET, "insert": PERMISSION_CREATE,
-                "operation": PERMISSION_OPERATION, "wait": PERMISSION_OPERATION}
-_NAME = re.compile(r"^[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?$")
-_POLICY_FIELDS = {"name", "description", "region", "workloadPolicy", "groupPlacementPolicy",
-                  "snapshotSchedulePolicy", "instanceSchedulePolicy",
-                  "diskConsistencyGroupPolicy"}
-_POLICY_KINDS = _POLICY_FIELDS - {"name", "description", "region"}
-_WORKLOAD_FIELDS = {"type", "acceleratorTopology", "maxTopologyDistance",
-                    "acceleratorTopologyMode"}
-_WORKLOAD_TYPES = {"HIGH_AVAILABILITY", "HIGH_THROUGHPUT"}
-
-
-class _ApiError(Exception):
-    def __init__(self, status: int, message: str, reason: str,
-                 headers: dict[str, str] | None = None):
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.reason = reason
-        self.headers = headers or {}
+from tpujob.local.compute_api import (
+    API_ROOT,
+    PERMISSIONS,
+    ROUTES,
+    ComputeApiError,
+    error_body,
+    injected_error,
+    json_name,
+    parse_policy,
+)
 
 
 @dataclass(frozen=True)
@@ -250,7 +227,7 @@ class ComputeStandIn:
         path = split.path[len(API_ROOT):] if split.path.startswith(API_ROOT) else split.path
         query = parse_qs(split.query)
         kind, params = "unknown", {}
-        for route_method, pattern, route_kind in _ROUTES:
+        for route_method, pattern, route_kind in ROUTES:
             m = pattern.match(path) if split.path.startswith(API_ROOT) else None
             if m and route_method == method:
                 kind, params = route_kind, m.groupdict()
@@ -262,8 +239,8 @@ class ComputeStandIn:
             self._maybe_hold(kind)
             status, payload = self._dispatch(method, path, kind, params, query, headers, body)
             extra: dict[str, str] = {}
-        except _ApiError as e:
-            status, payload, extra = e.status, _error_body(e), e.headers
+        except ComputeApiError as e:
+            status, payload, extra = e.status, error_body(e), e.headers
         with self._lock:
             self._requests.append(RecordedRequest(method, path, kind, status, authorized))
         if stall:
@@ -286,33 +263,33 @@ class ComputeStandIn:
             faults = self._faults
             if faults.fail_next:
                 status, retry_after = faults.fail_next.pop(0)
-                raise _injected(status, retry_after)
+                raise injected_error(status, retry_after)
             if faults.token is not None:
                 auth = {k.lower(): v for k, v in headers.items()}.get("authorization")
                 if auth != f"Bearer {faults.token}":
-                    raise _ApiError(401, "Request had invalid authentication credentials.",
+                    raise ComputeApiError(401, "Request had invalid authentication credentials.",
                                     "authError")
             if faults.api_disabled:
-                raise _ApiError(403, "Compute Engine API has not been used in project "
+                raise ComputeApiError(403, "Compute Engine API has not been used in project "
                                 f"{params.get('project', '?')} before or it is disabled.",
                                 "accessNotConfigured")
             if kind == "unknown":
-                raise _ApiError(404, f"No route for {method} {path}", "notFound")
+                raise ComputeApiError(404, f"No route for {method} {path}", "notFound")
             project, region = params["project"], params["region"]
             if self.projects is not None and project not in self.projects:
-                raise _ApiError(404, f"The resource 'projects/{project}' was not found",
+                raise ComputeApiError(404, f"The resource 'projects/{project}' was not found",
                                 "notFound")
             if self.regions is not None and region not in self.regions:
-                raise _ApiError(404, f"The resource 'projects/{project}/regions/{region}' was "
+                raise ComputeApiError(404, f"The resource 'projects/{project}/regions/{region}' was "
                                 "not found", "notFound")
-            permission = _PERMISSIONS[kind]
+            permission = PERMISSIONS[kind]
             if permission in faults.denied:
                 target = (f"projects/{project}/regions/{region}/resourcePolicies/"
-                          f"{params.get('name') or _json_name(body)}"
+                          f"{params.get('name') or json_name(body)}"
                           if kind in ("get", "insert") else
                           f"projects/{project}/regions/{region}/operations/"
                           f"{params.get('operation')}")
-                raise _ApiError(403, f"Required '{permission}' permission for '{target}'",
+                raise ComputeApiError(403, f"Required '{permission}' permission for '{target}'",
                                 "forbidden")
             if kind == "get":
                 return 200, self._get_policy(project, region, params["name"])
@@ -324,17 +301,17 @@ class ComputeStandIn:
     def _get_policy(self, project: str, region: str, name: str) -> dict:
         found = self._policies.get((project, region, name))
         if found is None:
-            raise _ApiError(404, f"The resource 'projects/{project}/regions/{region}/"
+            raise ComputeApiError(404, f"The resource 'projects/{project}/regions/{region}/"
                             f"resourcePolicies/{name}' was not found", "notFound")
         return found
 
     def _insert(self, project: str, region: str, raw: bytes, request_id: str | None) -> dict:
         if request_id and request_id in self._request_ids:
             return self._operations[self._request_ids[request_id]].body
-        body = _parse_policy(raw)
+        body = parse_policy(raw)
         key = (project, region, body["name"])
         if key in self._policies:
-            raise _ApiError(409, f"The resource 'projects/{project}/regions/{region}/"
+            raise ComputeApiError(409, f"The resource 'projects/{project}/regions/{region}/"
                             f"resourcePolicies/{body['name']}' already exists", "alreadyExists")
         error = None
         in_region = sum(1 for p, r, _ in self._policies if (p, r) == (project, region))
@@ -364,7 +341,7 @@ class ComputeStandIn:
     def _poll(self, project: str, region: str, name: str) -> dict:
         operation = self._operations.get((project, region, name))
         if operation is None:
-            raise _ApiError(404, f"The resource 'projects/{project}/regions/{region}/"
+            raise ComputeApiError(404, f"The resource 'projects/{project}/regions/{region}/"
                             f"operations/{name}' was not found", "notFound")
         if operation.body["status"] != "DONE":
             operation.polls_left -= 1
@@ -437,66 +414,6 @@ class _Handler(BaseHTTPRequestHandler):
         pass  # the recorded requests are the log
 
 
-def _parse_policy(raw: bytes) -> dict:
-    try:
-        body = json.loads(raw or b"null")
-    except ValueError:
-        raise _ApiError(400, "Invalid JSON payload received.", "parseError") from None
-    if not isinstance(body, dict):
-        raise _ApiError(400, "Invalid JSON payload received. Expected an object.", "parseError")
-    unknown = sorted(set(body) - _POLICY_FIELDS)
-    if unknown:
-        raise _ApiError(400, f"Invalid JSON payload received. Unknown name \"{unknown[0]}\" at "
-                        "'resource': Cannot find field.", "invalid")
-    name = body.get("name")
-    if not isinstance(name, str) or not _NAME.match(name):
-        raise _ApiError(400, f"Invalid value for field 'resource.name': {name!r}. Must be a "
-                        "match of regex '(?:[a-z](?:[-a-z0-9]{0,61}[a-z0-9])?)'", "invalid")
-    kinds = [k for k in _POLICY_KINDS if body.get(k) is not None]
-    if len(kinds) != 1:
-        raise _ApiError(400, "Exactly one resource policy type must be specified.", "invalid")
-    workload = body.get("workloadPolicy")
-    if workload is not None:
-        unknown = sorted(set(workload) - _WORKLOAD_FIELDS)
-        if unknown:
-            raise _ApiError(400, f"Invalid JSON payload received. Unknown name "
-                            f"\"{unknown[0]}\" at 'resource.workload_policy': Cannot find "
-                            "field.", "invalid")
-        if workload.get("type") not in _WORKLOAD_TYPES:
-            raise _ApiError(400, "Invalid value for field 'resource.workloadPolicy.type': "
-                            f"{workload.get('type')!r}.", "invalid")
-        topo, distance = workload.get("acceleratorTopology"), workload.get("maxTopologyDistance")
-        if (topo or distance) and workload["type"] != "HIGH_THROUGHPUT":
-            raise _ApiError(400, "acceleratorTopology and maxTopologyDistance can only be set "
-                            "for HIGH_THROUGHPUT workload policies.", "invalid")
-        if topo and distance:
-            raise _ApiError(400, "acceleratorTopology and maxTopologyDistance cannot both be "
-                            "set.", "invalid")
-    return body
-
-
-def _injected(status: int, retry_after: float | None) -> _ApiError:
-    reason, message = {
-        429: ("rateLimitExceeded", "Rate Limit Exceeded"),
-        500: ("backendError", "Internal error. Please try again."),
-        503: ("backendError", "The service is currently unavailable."),
-    }.get(status, ("backendError", f"Injected failure {status}"))
-    headers = {"Retry-After": f"{retry_after:g}"} if retry_after is not None else {}
-    return _ApiError(status, message, reason, headers)
-
-
-def _error_body(e: _ApiError) -> dict:
-    return {"error": {"code": e.status, "message": e.message,
-                      "errors": [{"message": e.message, "domain": "global",
-                                  "reason": e.reason}]}}
-
-
-def _json_name(raw: bytes) -> str:
-    try:
-        body = json.loads(raw or b"null")
-    except ValueError:
-        return ""
-    return str(body.get("name", "")) if isinstance(body, dict) else ""
 
 
 def _now() -> str:
