@@ -18,21 +18,22 @@ from tpujob_trainer import loop
 from tpujob_trainer.checkpoint import CheckpointReadError, CheckpointSaveError
 from tpujob_trainer.checkpoint.tiered import LOCAL, PERSISTENT
 from tpujob_trainer.config import TrainerConfig
+from tpujob_trainer.data.errors import DataError, DataExhausted
 from tpujob_trainer.env import ProcessEnv
 from tpujob_trainer.exits import Reason, TrainerExit
-from tpujob_trainer.loop import WANDB_NAMES, Outcome, StopSignal, _classify, _run_steps, _Timer
+from tpujob_trainer.loop import (
+    WANDB_NAMES,
+    Outcome,
+    StepContext,
+    StopSignal,
+    _classify,
+    _run_steps,
+    _Timer,
+)
 from tpujob_trainer.telemetry.jsonlog import JsonLog
 from tpujob_trainer.telemetry.timeline import Timeline
 
 pytestmark = pytest.mark.unit
-
-
-class DataError(Exception):
-    pass
-
-
-class DataExhausted(Exception):
-    pass
 
 
 @dataclass
@@ -124,12 +125,12 @@ def run(steps=4, *, losses=None, data=None, checkpointer=None, sigterm_at=None, 
                       "lr": np.float32(1e-3), "aux_loss": np.float32(0.25),
                       "stop": np.int32(batch["stop"])}
 
-    outcome = _run_steps(cfg, compiled, 0, 0, data or Data(), checkpointer, stop, rec, rec,
-                         lambda phase, **kw: memory_phases.append((phase, kw["step"])),
-                         rec if wandb else None,
-                         rec, _Timer(0.0, 1e12, 6, 1, None),
-                         to_global=lambda local, flag: {"tokens": local, "stop": flag},
-                         errors=(DataError, DataExhausted))
+    context = StepContext(
+        cfg=cfg, compiled=compiled, data=data or Data(), checkpointer=checkpointer, stop=stop,
+        log=rec, progress=rec, memory=lambda phase, **kw: memory_phases.append((phase, kw["step"])),
+        wandb_run=rec if wandb else None, timeline=rec, timer=_Timer(0.0, 1e12, 6, 1, None),
+        to_global=lambda local, flag: {"tokens": local, "stop": flag})
+    outcome = _run_steps(context, 0, 0)
     return outcome, rec, memory_phases
 
 

@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 import signal
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import jax
 import numpy as np
@@ -20,6 +21,7 @@ import numpy as np
 from tpujob_plan.flops import train_flops_per_step
 from tpujob_trainer import compile_cache
 from tpujob_trainer.config.root import TrainerConfig
+from tpujob_trainer.data.errors import DataError, DataExhausted
 from tpujob_trainer.env import ProcessEnv
 from tpujob_trainer.exits import Reason, TrainerExit
 from tpujob_trainer.mesh import build_mesh
@@ -32,6 +34,10 @@ from tpujob_trainer.telemetry.peak import peak_tflops_per_device
 from tpujob_trainer.telemetry.server import Progress, ProgressServer
 from tpujob_trainer.telemetry.timeline import Timeline, read_previous
 from tpujob_trainer.telemetry.wandb_run import WandbRun
+
+if TYPE_CHECKING:
+    from tpujob_trainer.checkpoint.tiered import TieredCheckpointer
+    from tpujob_trainer.data import DataSource
 
 WANDB_NAMES = {
     "loss": "learning/loss", "aux_loss": "learning/moe_lb_loss", "grad_norm": "learning/grad_norm",
@@ -88,6 +94,28 @@ class _Timer:
                 "tokens_per_s_per_device": self.tokens_per_step / dt / self.num_devices,
                 "tflops_per_device": tflops,
                 "mfu": tflops / self.peak_tflops if self.peak_tflops else None}
+
+
+@dataclass(frozen=True)
+class StepContext:
+    """Everything the step loop runs with, set up once by `_train`: what it steps, where batches
+    come from and go, and where each step is reported. The loop's own state (the train state,
+    the step number) changes every step and is passed beside it."""
+
+    cfg: TrainerConfig
+    # (state, global batch) -> (state, metrics on device): the compiled train step.
+    compiled: Callable[[Any, dict[str, jax.Array]], tuple[Any, dict[str, jax.Array]]]
+    data: DataSource
+    checkpointer: TieredCheckpointer | None
+    stop: StopSignal
+    log: JsonLog
+    progress: Progress
+    memory: Callable[..., None]               # memory(phase, **fields): a memory report
+    wandb_run: WandbRun | None
+    timeline: Timeline
+    timer: _Timer
+    # (this process's rows, stop flag) -> the global batch the compiled step takes.
+    to_global: Callable[[np.ndarray, int], dict[str, jax.Array]]
 
 
 def non_finite_loss(metrics: dict[str, float], step: int) -> TrainerExit | None:
@@ -150,7 +178,7 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
            timeline: Timeline) -> Outcome:
     from tpujob_trainer.checkpoint import restore_params
     from tpujob_trainer.checkpoint.tiered import TieredCheckpointer
-    from tpujob_trainer.data import DataError, DataExhausted, build_data_source
+    from tpujob_trainer.data import build_data_source
     from tpujob_trainer.executable_cache import ExecutableCache
     from tpujob_trainer.executable_cache import current_key as executable_key
 
@@ -258,15 +286,17 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
             log.emit("compiled", compile_s=compile_s, startup_s=time.perf_counter() - t_start,
                      compile_cache=compile_cache.counts(), executable=how)
 
-            return _run_steps(cfg, compiled, state, step, data, checkpointer, stop, log, progress,
-                              memory, wandb_run, timeline, _Timer(time.perf_counter(), flops, B * L,
-                                                        len(devices), peak),
-                              to_global=lambda local, flag: {
-                                  "tokens": jax.make_array_from_process_local_data(
-                                      tokens_sharding, local, (B, L + 1)),
-                                  "stop": jax.make_array_from_process_local_data(
-                                      stop_sharding, np.full((local.shape[0],), flag, np.int32), (B,))},
-                              errors=(DataError, DataExhausted))
+            context = StepContext(
+                cfg=cfg, compiled=compiled, data=data, checkpointer=checkpointer, stop=stop,
+                log=log, progress=progress, memory=memory, wandb_run=wandb_run,
+                timeline=timeline,
+                timer=_Timer(time.perf_counter(), flops, B * L, len(devices), peak),
+                to_global=lambda local, flag: {
+                    "tokens": jax.make_array_from_process_local_data(
+                        tokens_sharding, local, (B, L + 1)),
+                    "stop": jax.make_array_from_process_local_data(
+                        stop_sharding, np.full((local.shape[0],), flag, np.int32), (B,))})
+            return _run_steps(context, state, step)
     finally:
         if checkpointer is not None:
             checkpointer.close()
@@ -276,11 +306,13 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
             wandb_run.finish()
 
 
-def _run_steps(cfg, compiled, state, step, data, checkpointer, stop, log, progress, memory,
-               wandb_run, timeline: Timeline, timer: _Timer, *, to_global, errors) -> Outcome:
+def _run_steps(ctx: StepContext, state: Any, step: int) -> Outcome:
+    """Train from `state` at `step` until `train.steps`, a stop request, the data's end or a
+    failure; the run's outcome."""
     from tpujob_trainer.checkpoint.tiered import LOCAL, PERSISTENT
 
-    DataError, DataExhausted = errors
+    cfg, data, checkpointer, stop, log = ctx.cfg, ctx.data, ctx.checkpointer, ctx.stop, ctx.log
+    progress, timeline, timer = ctx.progress, ctx.timeline, ctx.timer
     total = cfg.train.steps
     losses: list[float] = []
     pending: tuple[int, Any] | None = None     # (step number, its metrics on device)
@@ -303,11 +335,11 @@ def _run_steps(cfg, compiled, state, step, data, checkpointer, stop, log, progre
         progress.update(**row)
         if pending_step % cfg.metrics.log_every == 0 or pending_step == total:
             log.emit("step", **row)
-            if wandb_run is not None:
-                wandb_run.log(pending_step, {WANDB_NAMES.get(k, k): v for k, v in row.items()
-                                             if v is not None and k != "step"})
+            if ctx.wandb_run is not None:
+                ctx.wandb_run.log(pending_step, {WANDB_NAMES.get(k, k): v for k, v in row.items()
+                                                 if v is not None and k != "step"})
         if pending_step % cfg.metrics.memory_every == 0:
-            memory("training", step=pending_step)
+            ctx.memory("training", step=pending_step)
         return m["stop"] > 0
 
     def save(at: int, force: bool) -> None:
@@ -335,7 +367,7 @@ def _run_steps(cfg, compiled, state, step, data, checkpointer, stop, log, progre
                 break
             except DataError as e:
                 raise TrainerExit(Reason.DATA_ERROR, str(e)) from e
-            state, metrics = compiled(state, to_global(local, int(stop.requested)))
+            state, metrics = ctx.compiled(state, ctx.to_global(local, int(stop.requested)))
             step += 1
             if checkpointer is not None:
                 checkpointer.check()  # a background save that failed or is late ends the run
