@@ -1,5 +1,6 @@
-"""The import layers hold: the trainer never imports the operator, planning is pure, and the
-operator's planning path never pulls in JAX."""
+"""The import layers hold (the contracts in pyproject.toml: the operator over the trainer over the
+planner, the floors inside each, pure planning, decide and build, no local mode in what runs in a
+cluster, no JAX in the operator), and the operator's planning path never pulls in JAX."""
 
 import os
 import subprocess
