@@ -44,12 +44,12 @@ PLAN_TESTS = ["tests/plan/test_slice_plan.py", "tests/plan/test_catalog.py",
 BUILDER_TESTS = ["tests/builders/test_builder_pins.py", "tests/builders/test_jobset.py",
                  "tests/builders/test_fingerprint.py", "tests/builders/test_validation.py",
                  "tests/builders/test_wiring.py", "tests/builders/test_restart_strategy.py",
-                 "tests/builders/test_local_checkpoints.py"]
+                 "tests/builders/test_local_checkpoints.py", "tests/builders/test_invocation.py"]
 VALIDATION_TESTS = ["tests/builders/test_validation_pins.py", "tests/builders/test_validation.py",
                     "tests/builders/test_foreign_preflight.py",
                     "tests/builders/test_config_error_field_unit.py",
                     "tests/controller/test_admission.py", "tests/hostile/test_hostile_jobs.py",
-                    "tests/builders/test_job_file_fields.py"]
+                    "tests/builders/test_job_file_fields.py", "tests/builders/test_invocation.py"]
 CONFIG_TESTS = ["tests/trainer/test_config_fields.py", "tests/trainer/test_config.py",
                 "tests/builders/test_job_file_fields.py"]
 API_TESTS = ["tests/api/test_spec_models.py", "tests/api/test_status_models.py",
@@ -71,6 +71,7 @@ MODULES: dict[str, list[str]] = {
     "operator/tpujob/builders/jobset.py": BUILDER_TESTS,
     "operator/tpujob/builders/names.py": BUILDER_TESTS,
     "operator/tpujob/builders/trainer_config.py": BUILDER_TESTS,
+    "operator/tpujob/builders/invocation.py": BUILDER_TESTS,
     "operator/tpujob/builders/wiring.py": BUILDER_TESTS + ["tests/executor/test_podenv_unit.py"],
     "operator/tpujob/validation.py": VALIDATION_TESTS,
     "operator/tpujob/api/base.py": API_TESTS,
@@ -148,7 +149,12 @@ MODULES: dict[str, list[str]] = {
         "compile_cache", "keys")},
     "operator/tpujob/local/session/gcs.py": ["tests/e2e/test_gcs_emulator.py"],
     # The pure halves first, then two processes agreeing through JAX, then the checkpoints.
-    "trainer/tpujob_trainer/checkpoint/__init__.py": [
+    "trainer/tpujob_trainer/checkpoint/collectives.py": [
+        "tests/trainer/test_checkpoint_collectives.py"],
+    "trainer/tpujob_trainer/checkpoint/errors.py": ["tests/trainer/test_loop_steps.py"],
+    "trainer/tpujob_trainer/checkpoint/steps.py": [
+        "tests/trainer/test_local_checkpoints.py", "tests/trainer_io/test_checkpoint.py"],
+    "trainer/tpujob_trainer/checkpoint/checkpointer.py": [
         "tests/trainer/test_checkpoint_collectives.py", "tests/trainer_io/test_checkpoint.py"],
     "trainer/tpujob_trainer/checkpoint/tiered.py": [
         "tests/trainer/test_checkpoint_collectives.py", "tests/trainer/test_local_checkpoints.py"],
@@ -176,7 +182,7 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      'return json.dumps(build_fingerprint(spec), sort_keys=True, separators=(",", ":"))',
      "True -> False"): "build_fingerprint already returns its keys sorted",
     ("operator/tpujob/builders/trainer_config.py",
-     '"data": {CONFIG_FILE: yaml.safe_dump(build_trainer_config(spec), sort_keys=False)},',
+     '"data": {CONFIG_FILE: yaml.safe_dump(config, sort_keys=False)},',
      "False -> True"): "the same mapping with its keys in another order; the trainer reads a "
                        "mapping",
     ("trainer/tpujob_plan/topologies.py", "_MAX_DIM = 256", "256 -> 257"):

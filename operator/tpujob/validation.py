@@ -18,8 +18,8 @@ from typing import Any
 
 from tpujob.api.patterns import DNS_LABEL_PATTERN
 from tpujob.api.resource import InvalidJobError, TpuTrainingJob, load_job
+from tpujob.builders.invocation import build_invocation
 from tpujob.builders.names import host_fqdn
-from tpujob.builders.trainer_config import build_trainer_config
 from tpujob.maxtext_args import CHECKED_AXES, read_maxtext_settings
 from tpujob_plan.errors import PlanError
 from tpujob_plan.memory import REMAT_POLICIES
@@ -50,6 +50,7 @@ class Verdict:
     plan: SlicePlan | None = None
     mesh: MeshPlan | None = None
     checked: str = "slice, mesh, trainer config and memory checked"  # what a valid job passed
+    trainer_config: Any = None  # the built-in trainer's config as checked (a TrainerConfig)
 
     @classmethod
     def refuse(cls, reason: str, field: str, message: str, **kw: Any) -> Verdict:
@@ -193,7 +194,8 @@ def _validate_trainer(job: TpuTrainingJob, plan: SlicePlan, mesh: MeshPlan) -> V
 
     spec = job.spec
     try:
-        config = TrainerConfig.from_dict(build_trainer_config(spec), spec.trainer.overrides)
+        invocation = build_invocation(spec)
+        config = TrainerConfig.from_dict(invocation.config, invocation.config_args)
     except ConfigError as err:
         return Verdict.refuse("ConfigError", _config_error_field(spec), "; ".join(err.problems),
                               job=job, plan=plan, mesh=mesh)
@@ -214,7 +216,7 @@ def _validate_trainer(job: TpuTrainingJob, plan: SlicePlan, mesh: MeshPlan) -> V
             f"{where}) but a {plan.slice_type.name} device has "
             f"{(estimate.usable_bytes or 0) / GIB:.1f} GiB usable; shard more (fsdp, tensor), "
             f"use a larger slice, a smaller batch{better}", job=job, plan=plan, mesh=mesh)
-    return Verdict(True, job=job, plan=plan, mesh=mesh)
+    return Verdict(True, job=job, plan=plan, mesh=mesh, trainer_config=config)
 
 
 def _config_error_field(spec) -> str:
@@ -222,11 +224,13 @@ def _config_error_field(spec) -> str:
     override that breaks a config that is valid without it, else `spec.trainer.config`."""
     from tpujob_trainer.config import ConfigError, TrainerConfig
 
-    overrides = list(spec.trainer.overrides or ())
-    base = build_trainer_config(spec)
-    for count in range(len(overrides) + 1):
+    invocation = build_invocation(spec)
+    args = invocation.config_args            # the operator's own first, then the job's
+    first = len(args) - len(spec.trainer.overrides or ())
+    for count in range(first, len(args) + 1):
         try:
-            TrainerConfig.from_dict(base, overrides[:count])
+            TrainerConfig.from_dict(invocation.config, args[:count])
         except ConfigError:
-            return "spec.trainer.config" if count == 0 else f"spec.trainer.overrides[{count - 1}]"
+            return ("spec.trainer.config" if count == first
+                    else f"spec.trainer.overrides[{count - 1 - first}]")
     return "spec.trainer.config"

@@ -10,9 +10,8 @@ import yaml
 from tests.api import k8s_schema as k8s
 from tpujob.api.crd import build_crd
 from tpujob.api.resource import InvalidJobError, load_job
-from tpujob.builders.jobset import build_jobset
+from tpujob.builders.jobset import build_children, build_jobset
 from tpujob.builders.names import CONFIG_FILE
-from tpujob.builders.trainer_config import build_config_map
 from tpujob_plan.slice_plan import plan_slice
 
 pytestmark = pytest.mark.unit
@@ -33,6 +32,13 @@ def _pod(job: dict) -> dict:
     plan = plan_slice(spec.slice, slices=spec.slices, containers_per_host=spec.containers_per_host)
     js = build_jobset(job, spec, plan)
     return js["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"]
+
+
+def _config_map(job: dict) -> dict:
+    spec = load_job(job).spec
+    plan = plan_slice(spec.slice, slices=spec.slices, containers_per_host=spec.containers_per_host)
+    [cm] = [c for c in build_children(job, spec, plan) if c["kind"] == "ConfigMap"]
+    return cm
 
 
 def _volume(pod: dict) -> dict | None:
@@ -91,11 +97,11 @@ def test_a_trainer_of_ones_own_gets_the_mount_and_the_variable():
 def test_the_built_in_trainer_config_gets_checkpoint_local_beside_the_users_checkpoint_section():
     job = _job({"everySteps": 7, "keep": 3},
                trainer={"config": {"checkpoint": {"every": 100, "keep": 5}}})
-    cm = build_config_map("llm-trainer", "team-a", load_job(job).spec, {})
+    cm = _config_map(job)
     checkpoint = yaml.safe_load(cm["data"][CONFIG_FILE])["checkpoint"]
     assert checkpoint == {"every": 100, "keep": 5,
                           "local": {"every": 7, "keep": 3}}
-    plain = build_config_map("llm-trainer", "team-a", load_job(_job(None)).spec, {})
+    plain = _config_map(_job(None))
     assert "checkpoint" not in yaml.safe_load(plain["data"][CONFIG_FILE])
 
 

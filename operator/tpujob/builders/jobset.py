@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from tpujob.api.recovery import LocalCheckpointMedium, RestartStrategy
+from tpujob.api.recovery import RestartStrategy
 from tpujob.api.spec import TpuTrainingJobSpec
 from tpujob.builders import names
 from tpujob.builders.fingerprint import FINGERPRINT_ANNOTATION, encode_fingerprint
+from tpujob.builders.invocation import TrainerInvocation, build_invocation, config_map_name
 from tpujob.builders.trainer_config import build_config_map
 from tpujob.builders.wiring import build_process_env, merge_env
 from tpujob_plan.slice_plan import TPU_RESOURCE, SlicePlan
@@ -20,9 +21,6 @@ SIGNAL_EXIT_CODES = range(129, 256)  # 128 + signal number: SIGTERM on preemptio
 DISRUPTION_RULE = "Disruption"
 FATAL_RULE = "FatalExit"
 RETRY_RULE = "RetrySlice"
-SHM_VOLUME = "dshm"
-CONFIG_VOLUME = "config"
-LOCAL_CHECKPOINT_VOLUME = "local-checkpoints"
 TERMINATION_GRACE_SECONDS = 120  # time to finish an async checkpoint after SIGTERM
 # What JobSet v0.12's webhook asks of every replicated job of an InPlaceRestart JobSet
 # (pkg/webhooks/jobset_webhook.go): pod failures must not fail the Job (a failed pod is
@@ -43,18 +41,15 @@ def build_child_metadata(job: dict[str, Any]) -> dict[str, Any]:
             "ownerReferences": [build_owner_reference(job)]}
 
 
-def config_map_name(job_name: str) -> str:
-    return f"{job_name}-trainer"
-
-
 def build_children(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: SlicePlan
                    ) -> list[dict[str, Any]]:
     """Every object the operator creates for a job, in creation order."""
     meta = job["metadata"]
+    invocation = build_invocation(spec, meta["namespace"], meta["name"])
     children = []
-    if not spec.is_custom_trainer:
-        children.append(build_config_map(config_map_name(meta["name"]), meta["namespace"], spec,
-                                         build_child_metadata(job)))
+    if invocation.config is not None:
+        children.append(build_config_map(config_map_name(meta["name"]), meta["namespace"],
+                                         invocation.config, build_child_metadata(job)))
     children.append(build_jobset(job, spec, plan))
     return children
 
@@ -112,73 +107,37 @@ def build_in_place_restart_rules(spec: TpuTrainingJobSpec) -> dict[str, Any]:
         {"action": "Restart", "exitCodes": {"operator": "In", "values": _retryable_codes(spec)}}]}
 
 
-def _container(spec: TpuTrainingJobSpec, plan: SlicePlan, jobset_name: str, name: str,
-               index: int) -> dict[str, Any]:
+def _container(spec: TpuTrainingJobSpec, plan: SlicePlan, invocation: TrainerInvocation,
+               jobset_name: str, name: str, index: int) -> dict[str, Any]:
     resources: dict[str, dict[str, Any]] = {
         "requests": {**spec.resources.requests, **plan.container_resources["requests"]},
         "limits": {**spec.resources.limits, **plan.container_resources["limits"]},
     }
-    base = build_process_env(jobset_name, plan, index)
-    if spec.local_checkpoints is not None:
-        base.append({"name": names.LOCAL_CHECKPOINT_ENV, "value": names.LOCAL_CHECKPOINT_MOUNT})
-    env = merge_env(base, [e.to_dict() for e in spec.env])
-    if spec.wandb is not None and spec.wandb.api_key_secret is not None:
-        ref = spec.wandb.api_key_secret
-        env.append({"name": "WANDB_API_KEY", "valueFrom": {
-            "secretKeyRef": {"name": ref.name, "key": ref.key}}})
+    env = merge_env([*build_process_env(jobset_name, plan, index), *invocation.env],
+                    [e.to_dict() for e in spec.env])
     port = names.METRICS_PORT + index  # host networking: one port per process on a host
     container: dict[str, Any] = {
         "name": name,
         "image": spec.image,
-        "env": env,
+        "command": list(invocation.command),
+        "env": [*env, *invocation.secret_env],
         "ports": [{"name": f"metrics-{index}" if index else "metrics", "containerPort": port}],
         "resources": resources,
         "terminationMessagePolicy": "FallbackToLogsOnError",
-        "volumeMounts": [{"name": SHM_VOLUME, "mountPath": "/dev/shm"}],
+        "volumeMounts": [dict(m) for m in invocation.mounts],
     }
-    if spec.is_custom_trainer:
-        container["command"] = list(spec.trainer.command or [])
-        if spec.trainer.args:
-            container["args"] = list(spec.trainer.args)
-    else:
-        container["command"] = ["tpujob-train"]
-        # The local tier's path goes on the command line, not in the config file: a path in
-        # args is one the runtime maps (local mode does), a path inside a file is not.
-        local = ([f"checkpoint.local.directory={names.LOCAL_CHECKPOINT_MOUNT}"]
-                 if spec.local_checkpoints is not None else [])
-        container["args"] = ["--config", f"{names.CONFIG_MOUNT}/{names.CONFIG_FILE}", *local,
-                             *spec.trainer.overrides, f"metrics.port={port}"]
-        container["volumeMounts"].append({"name": CONFIG_VOLUME, "mountPath": names.CONFIG_MOUNT,
-                                          "readOnly": True})
-    if spec.local_checkpoints is not None:
-        container["volumeMounts"].append({"name": LOCAL_CHECKPOINT_VOLUME,
-                                          "mountPath": names.LOCAL_CHECKPOINT_MOUNT})
+    args = invocation.container_args(port)
+    if args:
+        container["args"] = args
     if spec.restart_policy.strategy == RestartStrategy.IN_PLACE_RESTART:
         container.update(build_in_place_restart_rules(spec))
     return container
 
 
-def build_local_checkpoint_volume(namespace: str, job_name: str, spec: TpuTrainingJobSpec
-                                  ) -> dict[str, Any] | None:
-    """The node-local checkpoint tier's volume: a hostPath folder per job (outlives the pod on
-    its node) or an emptyDir (outlives container restarts only); None when it is off."""
-    local = spec.local_checkpoints
-    if local is None:
-        return None
-    if local.medium == LocalCheckpointMedium.NODE:
-        return {"name": LOCAL_CHECKPOINT_VOLUME, "hostPath": {
-            "path": f"{local.host_path}/{namespace}/{job_name}", "type": "DirectoryOrCreate"}}
-    empty_dir: dict[str, Any] = {}
-    if local.medium == LocalCheckpointMedium.MEMORY:
-        empty_dir["medium"] = "Memory"
-    if local.size_limit is not None:
-        empty_dir["sizeLimit"] = local.size_limit
-    return {"name": LOCAL_CHECKPOINT_VOLUME, "emptyDir": empty_dir}
-
-
 def build_pod_spec(job_name: str, spec: TpuTrainingJobSpec, plan: SlicePlan,
                    jobset_name: str, namespace: str = "default") -> dict[str, Any]:
     containers = names.container_names(plan.containers_per_host)
+    invocation = build_invocation(spec, namespace, job_name)
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "hostNetwork": True,
@@ -186,16 +145,10 @@ def build_pod_spec(job_name: str, spec: TpuTrainingJobSpec, plan: SlicePlan,
         "nodeSelector": plan.node_selector,
         "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
-        "containers": [_container(spec, plan, jobset_name, name, i)
+        "containers": [_container(spec, plan, invocation, jobset_name, name, i)
                        for i, name in enumerate(containers)],
-        "volumes": [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory"}}],
+        "volumes": [dict(v) for v in invocation.volumes],
     }
-    if not spec.is_custom_trainer:
-        pod["volumes"].append({"name": CONFIG_VOLUME,
-                               "configMap": {"name": config_map_name(job_name)}})
-    local = build_local_checkpoint_volume(namespace, job_name, spec)
-    if local is not None:
-        pod["volumes"].append(local)
     if spec.scheduling.priority_class_name:
         pod["priorityClassName"] = spec.scheduling.priority_class_name
     return pod

@@ -1,5 +1,6 @@
 """The built-in trainer's config for a job: `spec.trainer.config` with the job-level settings
-(output, mesh, data, W&B) laid over it, and the ConfigMap that carries it to every pod."""
+(output, mesh, data, W&B) laid over it (the node-local checkpoint tier's are added by
+builders/invocation.py), and the ConfigMap that carries it to every pod."""
 
 from __future__ import annotations
 
@@ -27,11 +28,6 @@ def build_trainer_config(spec: TpuTrainingJobSpec) -> dict[str, Any]:
         for key in ("path", "tokenizer"):
             if getattr(spec.data, key) is not None:
                 data[key] = getattr(spec.data, key)
-    if spec.local_checkpoints is not None:
-        # Its directory is set on the command line (builders/jobset.py).
-        local = config.setdefault("checkpoint", {}).setdefault("local", {})
-        local.update({"every": spec.local_checkpoints.every_steps,
-                      "keep": spec.local_checkpoints.keep})
     if spec.wandb is not None:
         w = spec.wandb
         wandb = config.setdefault("metrics", {}).setdefault("wandb", {})
@@ -40,12 +36,12 @@ def build_trainer_config(spec: TpuTrainingJobSpec) -> dict[str, Any]:
     return config
 
 
-def build_config_map(name: str, namespace: str, spec: TpuTrainingJobSpec,
+def build_config_map(name: str, namespace: str, config: dict[str, Any],
                      metadata: dict[str, Any]) -> dict[str, Any]:
-    """ConfigMap `<job>-trainer` holding the trainer config as YAML."""
+    """ConfigMap `<job>-trainer` holding the trainer config (builders/invocation.py) as YAML."""
     return {
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {**metadata, "name": name, "namespace": namespace},
-        "data": {CONFIG_FILE: yaml.safe_dump(build_trainer_config(spec), sort_keys=False)},
+        "data": {CONFIG_FILE: yaml.safe_dump(config, sort_keys=False)},
     }
