@@ -4,7 +4,10 @@ and the admission webhook. One frozen dataclass, filled from the command line.""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from tpujob.gcp.settings import WorkloadPolicySettings
 
 
 @dataclass(frozen=True)
@@ -16,7 +19,7 @@ class OperatorSettings:
     webhook_host: str = "0.0.0.0"
     webhook_port: int = 9443
     webhook_cert_dir: str = "/etc/tpujob/webhook"   # tls.crt and tls.key
-    workload_policies: Any = None             # tpujob.gcp settings when policies are managed
+    workload_policies: WorkloadPolicySettings | None = None   # when policies are managed
     progress_interval_s: float = 15.0         # how often a running job's progress is read
     resync_interval_s: float = 60.0           # every job is looked at again at least this often
     # Jobs and JobSets are listed again this often (0: never), to catch what no watch reported:
