@@ -22,11 +22,8 @@ from tpujob.api.patterns import (
     SliceName,
 )
 from tpujob.api.recovery import LocalCheckpoints, RestartPolicy, RestartStrategy
-from tpujob.api.recovery import StallAction as StallAction  # the controller imports it from here
 from tpujob.api.schema import cel_extra, cel_rule
 from tpujob.api.trainer_spec import DataSpec, TrainerSpec, WandbSpec
-from tpujob.api.trainer_spec import ProgressSource as ProgressSource  # as StallAction
-from tpujob.api.trainer_spec import ProgressSpec as ProgressSpec  # as StallAction
 
 # The one resource the operator derives from the slice; users must not request it by hand.
 TPU_RESOURCE = "google.com/tpu"

@@ -14,7 +14,8 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from tpujob.api.spec import ProgressSource, StallAction, TpuTrainingJobSpec
+from tpujob.api.recovery import StallAction
+from tpujob.api.spec import TpuTrainingJobSpec
 from tpujob.api.status import (
     Condition,
     ConditionStatus,
@@ -29,6 +30,7 @@ from tpujob.api.status import (
     display_of,
     find_condition,
 )
+from tpujob.api.trainer_spec import ProgressSource
 from tpujob.controller.goodput import account, summary
 from tpujob.controller.observe import FailureCause, JobSetState
 from tpujob.controller.trainer_reports import ProgressReading, TimelineReading

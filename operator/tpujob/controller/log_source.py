@@ -11,7 +11,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from tpujob.api.spec import ProgressSpec
+from tpujob.api.trainer_spec import ProgressSpec
 from tpujob.controller.observe import running_process_zero_pods
 from tpujob.controller.trainer_reports import ProgressReading
 from tpujob.log_progress import LogFormatError, latest_progress

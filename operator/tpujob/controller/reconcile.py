@@ -13,8 +13,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from tpujob.api.spec import ProgressSource, ProgressSpec
 from tpujob.api.status import FailureReason, Phase, TpuTrainingJobStatus
+from tpujob.api.trainer_spec import ProgressSource, ProgressSpec
 from tpujob.builders.fingerprint import FINGERPRINT_ANNOTATION, changed_fields
 from tpujob.builders.jobset import build_children
 from tpujob.controller.decide import Action, Decision, Observation, decide
