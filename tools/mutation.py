@@ -148,6 +148,10 @@ MODULES: dict[str, list[str]] = {
         "root", "train", "model", "optimizer", "mesh", "data", "checkpoint", "metrics",
         "compile_cache", "keys")},
     "operator/tpujob/local/session/gcs.py": ["tests/e2e/test_gcs_emulator.py"],
+    "operator/tpujob/local/compute_api.py": ["tests/gcp/test_compute_api_unit.py",
+                                             "tests/gcp/test_compute_client.py"],
+    "operator/tpujob/local/compute_standin.py": ["tests/gcp/test_compute_client.py",
+                                                 "tests/gcp/test_ensure.py"],
     # The pure halves first, then two processes agreeing through JAX, then the checkpoints.
     "trainer/tpujob_trainer/checkpoint/collectives.py": [
         "tests/trainer/test_checkpoint_collectives.py"],
