@@ -123,6 +123,21 @@ MODULES: dict[str, list[str]] = {
                                         "tests/trainer/test_contract.py",
                                         "tests/controller/test_observe.py"],
     "operator/tpujob/local/apiserver/patch.py": ["tests/apiserver/test_patch_unit.py"],
+    "operator/tpujob/local/apiserver/strategic.py": ["tests/apiserver/test_strategic_unit.py"],
+    "operator/tpujob/local/apiserver/errors.py": ["tests/apiserver/test_answers_unit.py",
+                                                  "tests/apiserver/test_strategy_unit.py"],
+    "operator/tpujob/local/apiserver/watch.py": ["tests/apiserver/test_answers_unit.py",
+                                                 "tests/apiserver/test_watch.py", "-k", "not real"],
+    **{f"operator/tpujob/local/apiserver/{name}.py": ["tests/apiserver/test_answers_unit.py",
+                                                      "tests/apiserver/test_table_unit.py"]
+       for name in ("table", "printers")},
+    **{f"operator/tpujob/local/apiserver/{name}.py": [
+        "tests/apiserver/test_answers_unit.py", "tests/apiserver/test_crud.py",
+        "tests/apiserver/test_deletion.py", "tests/apiserver/test_bad_requests.py",
+        "tests/apiserver/test_custom_resources.py", "-k", "not real"]
+       for name in ("server", "codec", "reads", "writes", "deletes")},
+    "operator/tpujob/local/apiserver/observe.py": ["tests/apiserver/test_request_log.py",
+                                                   "tests/apiserver/test_faults.py"],
     "operator/tpujob/local/apiserver/podlogs.py": ["tests/apiserver/test_podlogs_unit.py"],
     "operator/tpujob/local/apiserver/schema.py": ["tests/apiserver/test_schema_unit.py"],
     "operator/tpujob/local/cache.py": ["tests/controlplane/test_build_unit.py"],
@@ -140,7 +155,10 @@ MODULES: dict[str, list[str]] = {
     "operator/tpujob/local/controlplane/build.py": ["tests/controlplane/test_build_unit.py"],
     "operator/tpujob/local/controlplane/components.py": [
         "tests/controlplane/test_components_unit.py"],
-    "operator/tpujob/local/apiserver/selectors.py": ["tests/apiserver/test_selectors_unit.py"],
+    "operator/tpujob/local/apiserver/selectors.py": ["tests/apiserver/test_selectors_unit.py",
+                                                     "tests/apiserver/test_answers_unit.py"],
+    "operator/tpujob/local/apiserver/resources.py": ["tests/apiserver/test_answers_unit.py",
+                                                     "tests/apiserver/test_strategy_unit.py"],
     "operator/tpujob/local/apiserver/store.py": ["tests/apiserver/test_store_unit.py"],
     "operator/tpujob/local/apiserver/strategy.py": ["tests/apiserver/test_strategy_unit.py",
                                                     "tests/apiserver/test_store_unit.py"],

@@ -1,4 +1,5 @@
-"""Patch semantics (pure, table-driven): JSON patch, merge patch, strategic merge, apply."""
+"""Patch semantics (pure, table-driven): JSON patch, merge patch, apply (strategic merge:
+test_strategic_unit.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +10,6 @@ from tpujob.local.apiserver.patch import (
     apply_json_patch,
     apply_merge_patch,
     apply_server_side,
-    apply_strategic_merge_patch,
 )
 
 pytestmark = pytest.mark.unit
@@ -69,14 +69,6 @@ def test_json_patch_leaves_input_untouched() -> None:
 ])
 def test_merge_patch(target: dict, patch: dict, expected: dict) -> None:
     assert apply_merge_patch(target, patch) == expected
-
-
-def test_strategic_merge_merges_named_lists() -> None:
-    pod = {"spec": {"containers": [{"name": "a", "image": "x"}, {"name": "b", "image": "y"}]}}
-    patched = apply_strategic_merge_patch(pod, {"spec": {
-        "$setElementOrder/containers": [{"name": "a"}, {"name": "b"}],
-        "containers": [{"name": "b", "image": "z"}, {"name": "a", "$patch": "delete"}]}})
-    assert patched == {"spec": {"containers": [{"name": "b", "image": "z"}]}}
 
 
 def test_server_side_apply_removes_fields_no_longer_applied() -> None:
@@ -200,76 +192,6 @@ def test_a_json_patch_that_fails_changes_nothing() -> None:
         apply_json_patch(doc, [{"op": "add", "path": "/b", "value": 2},
                                {"op": "test", "path": "/a", "value": 5}])
     assert doc == {"a": 1, "l": [1]}
-
-
-POD = {"metadata": {"name": "p", "labels": {"a": "1"}},
-       "spec": {"containers": [
-           {"name": "main", "image": "x:1", "args": ["--a"],
-            "ports": [{"containerPort": 80, "name": "http"}],
-            "volumeMounts": [{"mountPath": "/data", "name": "d"}],
-            "env": [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]},
-           {"name": "side", "image": "y:1"}]}}
-
-
-def _main(pod: dict) -> dict:
-    return pod["spec"]["containers"][0]
-
-
-# Strategic merge patch as Kubernetes applies it to a pod: lists of objects merge by their
-# merge key (containers and env by name, ports by containerPort, volumeMounts by mountPath),
-# lists of scalars and maps without a key are replaced, null and `$patch: delete` remove,
-# `$patch: replace` replaces a map or a list, and kubectl's ordering hints change nothing.
-@pytest.mark.parametrize(("patch", "check"), [
-    ({"spec": {"containers": [{"name": "main", "image": "x:2"}]}},
-     lambda p: (_main(p)["image"], _main(p)["args"], p["spec"]["containers"][1]["image"])
-     == ("x:2", ["--a"], "y:1")),
-    ({"spec": {"containers": [{"name": "new", "image": "z:1"}]}},
-     lambda p: [c["name"] for c in p["spec"]["containers"]] == ["main", "side", "new"]),
-    ({"spec": {"containers": [{"name": "side", "$patch": "delete"}]}},
-     lambda p: [c["name"] for c in p["spec"]["containers"]] == ["main"]),
-    ({"spec": {"containers": [{"name": "gone", "$patch": "delete"}]}},
-     lambda p: len(p["spec"]["containers"]) == 2),
-    ({"spec": {"containers": [{"name": "main", "ports": [{"containerPort": 80, "name": "web"},
-                                                         {"containerPort": 81}]}]}},
-     lambda p: _main(p)["ports"] == [{"containerPort": 80, "name": "web"},
-                                     {"containerPort": 81}]),
-    ({"spec": {"containers": [{"name": "main", "volumeMounts": [
-        {"mountPath": "/data", "readOnly": True}]}]}},
-     lambda p: _main(p)["volumeMounts"] == [{"mountPath": "/data", "name": "d",
-                                             "readOnly": True}]),
-    ({"spec": {"containers": [{"name": "main", "env": [{"name": "B", "value": "3"}]}]}},
-     lambda p: _main(p)["env"] == [{"name": "A", "value": "1"}, {"name": "B", "value": "3"}]),
-    ({"spec": {"containers": [{"name": "main", "args": ["--b"]}]}},
-     lambda p: _main(p)["args"] == ["--b"]),
-    ({"spec": {"containers": [{"name": "only", "image": "o:1"}, {"$patch": "replace"}]}},
-     lambda p: p["spec"]["containers"] == [{"name": "only", "image": "o:1"}]),
-    ({"metadata": {"labels": {"$patch": "replace", "b": "2"}}},
-     lambda p: p["metadata"]["labels"] == {"b": "2"}),
-    ({"metadata": {"labels": {"$patch": "delete"}}}, lambda p: "labels" not in p["metadata"]),
-    ({"metadata": {"labels": {"a": None, "c": "3"}}},
-     lambda p: p["metadata"]["labels"] == {"c": "3"}),
-    ({"spec": {"$setElementOrder/containers": [{"name": "side"}, {"name": "main"}],
-               "containers": [{"name": "main", "image": "x:3"}]}},
-     lambda p: [c["name"] for c in p["spec"]["containers"]] == ["main", "side"]
-     and "$setElementOrder/containers" not in p["spec"]),
-    ({"spec": {"nodeName": "n1"}}, lambda p: p["spec"]["nodeName"] == "n1"
-     and len(p["spec"]["containers"]) == 2),
-    ({"status": {"phase": "Running"}}, lambda p: p["status"] == {"phase": "Running"}),
-])
-def test_strategic_merge_patch_on_a_pod(patch: dict, check) -> None:
-    before = repr(POD)
-    assert check(apply_strategic_merge_patch(POD, patch))
-    assert repr(POD) == before
-
-
-def test_strategic_merge_patch_of_a_scalar_or_onto_nothing() -> None:
-    assert apply_strategic_merge_patch({"a": 1}, "x") == "x"
-    assert apply_strategic_merge_patch(None, {"a": {"$patch": "replace", "b": 1}}) == {"a": {"b": 1}}
-    # A list the object lacks: the patch's items without their directives, deletions dropped.
-    assert apply_strategic_merge_patch({}, {"containers": [
-        {"name": "n", "$patch": "merge"}, {"name": "gone", "$patch": "delete"}]}) == \
-        {"containers": [{"name": "n"}]}
-    assert apply_strategic_merge_patch({"args": "x"}, {"args": ["--a"]}) == {"args": ["--a"]}
 
 
 @pytest.mark.parametrize(("live", "previous", "applied", "expected"), [

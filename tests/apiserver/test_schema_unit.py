@@ -49,7 +49,7 @@ def test_validation(spec: dict, expected: list) -> None:
 def test_transition_rule_uses_old_value_only_on_update() -> None:
     assert _errors({"spec": {"size": "small-2"}}) == []
     assert _errors({"spec": {"size": "small-2"}}, old={"spec": {"size": "small-1"}}) == [
-        ("spec.size", "Invalid", 'Invalid value: "string": size is immutable')]
+        ("spec.size", "Invalid", 'Invalid value: "small-2": size is immutable')]
     assert _errors({"spec": {"size": "small-1"}}, old={"spec": {"size": "small-1"}}) == []
 
 

@@ -256,11 +256,14 @@ def test_finalizers_hold_a_deleted_object_until_the_last_is_removed():
     ({}, None),
     ({"uid": "current"}, None),
     ({"resourceVersion": "current"}, None),
-    ({"uid": "other-uid"}, "Precondition failed: UID in precondition: other-uid, UID in object "
-                           "meta: {uid}"),
-    ({"resourceVersion": "1"}, 'Operation cannot be fulfilled on configmaps "c": the object has '
-                               "been modified; please apply your changes to the latest version "
-                               "and try again"),
+    # kube-apiserver's words (registry/generic/registry/store.go), the kind named
+    ({"uid": "other-uid"}, 'Operation cannot be fulfilled on ConfigMap "c": the UID in the '
+                           "precondition (other-uid) does not match the UID in record ({uid}). "
+                           "The object might have been deleted and then recreated"),
+    ({"resourceVersion": "1"}, 'Operation cannot be fulfilled on ConfigMap "c": the '
+                               "ResourceVersion in the precondition (1) does not match the "
+                               "ResourceVersion in record ({rv}). The object might have been "
+                               "modified"),
 ])
 def test_delete_preconditions(preconditions, refused):
     store, _ = new_store()
@@ -273,7 +276,9 @@ def test_delete_preconditions(preconditions, refused):
     else:
         err = refusal(store.delete, CONFIGMAPS, "default", "c", preconditions=preconditions)
         assert (err.code, err.reason, err.message) == (409, "Conflict",
-                                                       refused.format(uid=meta["uid"]))
+                                                       refused.format(
+                                                           uid=meta["uid"],
+                                                           rv=meta["resourceVersion"]))
         assert store.find(CONFIGMAPS, "default", "c") is not None
 
 
@@ -301,9 +306,16 @@ def test_garbage_collection_by_owner_references(propagation, left):
     store.create(SECRETS, "default", cm("grandchild", child))
     store.create(CONFIGMAPS, "default", cm("also-owned", owner, other))
     store.create(CONFIGMAPS, "default", cm("unrelated"))
-    store.delete(CONFIGMAPS, "default", "owner", propagation)
-    assert store.find(CONFIGMAPS, "default", "owner") is None  # the owner goes at once
+    answer = store.delete(CONFIGMAPS, "default", "owner", propagation)
+    if propagation == "Background":  # the owner goes at once
+        assert store.find(CONFIGMAPS, "default", "owner") is None
+    else:  # kept, marked with the policy's finalizer, until the collector has done its part
+        finalizer = {"Foreground": "foregroundDeletion", "Orphan": "orphan"}[propagation]
+        assert answer["metadata"]["finalizers"] == [finalizer]
+        assert answer["metadata"]["deletionTimestamp"]
+        assert store.get(CONFIGMAPS, "default", "owner") == answer
     work.run()
+    assert store.find(CONFIGMAPS, "default", "owner") is None
     assert sorted(names(store) + names(store, SECRETS)) == left
     # A dependent that another owner keeps loses its reference to the deleted one, and only
     # that one (Kubernetes' collector drops dangling references; orphaning drops the owner's).
@@ -326,14 +338,16 @@ def test_background_deletion_removes_dependents_after_the_owner():
 
 
 def test_an_orphaned_dependent_is_written_with_a_new_resource_version():
-    store, _ = new_store()
+    store, work = new_store()
     owner = store.create(CONFIGMAPS, "default", cm("owner")).obj
     child = store.create(CONFIGMAPS, "default", cm("child", owner)).obj
     before = store.rv
     store.delete(CONFIGMAPS, "default", "owner", "Orphan")
+    work.run()
     events = store.events_since(CONFIGMAPS, before)
+    # The owner marked (the `orphan` finalizer), the child orphaned, then the owner gone.
     assert [(e.type, e.obj["metadata"]["name"]) for e in events] == [
-        ("DELETED", "owner"), ("MODIFIED", "child")]
+        ("MODIFIED", "owner"), ("MODIFIED", "child"), ("DELETED", "owner")]
     orphan = store.get(CONFIGMAPS, "default", "child")
     assert orphan["metadata"]["resourceVersion"] == str(events[1].rv)
     assert int(orphan["metadata"]["resourceVersion"]) > int(child["metadata"]["resourceVersion"])

@@ -178,13 +178,22 @@ def test_metadata_refused_for_its_content_names_the_field(meta, cause):
 
 
 @pytest.mark.parametrize("meta", [
-    {"labels": {"a": "b"}, "annotations": {}},
+    {"labels": {"a": "b"}, "annotations": {"n": "1"}},
     {"ownerReferences": [{**REF, "controller": True, "blockOwnerDeletion": False}]},
     {"finalizers": ["example.com/x"]},
 ])
 def test_metadata_of_the_right_shape_is_kept(meta):
     obj = create(CONFIGMAPS, {"metadata": {"name": "c", **meta}})
     assert {k: obj["metadata"][k] for k in meta} == meta
+
+
+def test_empty_maps_and_lists_are_left_out_as_go_leaves_them_out():
+    obj = create(CONFIGMAPS, {"metadata": {"name": "c", "labels": {}, "annotations": {},
+                                           "finalizers": [], "ownerReferences": []},
+                              "data": {}, "binaryData": {}})
+    assert obj["metadata"].keys() == {"name", "namespace", "uid", "creationTimestamp",
+                                      "resourceVersion"}
+    assert "data" not in obj and "binaryData" not in obj
 
 
 def test_a_custom_resource_is_checked_against_its_schema_naming_the_object():

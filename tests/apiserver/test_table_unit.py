@@ -65,5 +65,5 @@ def test_cells_are_typed_like_the_crd_table_convertor() -> None:
                          ))
     obj = {"metadata": {"name": "a"}, "spec": {"n": 3, "s": "yes", "f": 0.5}}
     document = build_table(rtype, [obj], "7", include_object="None")
-    assert document["rows"] == [{"cells": ["a", "3", 3, None, 0.5]}]
+    assert document["rows"] == [{"cells": ["a", "3", 3, None, 0.5], "object": None}]
     assert document["metadata"] == {"resourceVersion": "7"}

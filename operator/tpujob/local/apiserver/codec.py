@@ -34,19 +34,24 @@ def is_flag(value: str | None) -> bool:
     return (value or "").lower() in ("1", "true")
 
 
+_OPTIONS = {"POST": "CreateOptions", "PUT": "UpdateOptions", "PATCH": "PatchOptions",
+            "DELETE": "DeleteOptions"}
+
+
 def dry_run_of(request: web.Request) -> bool:
     values = request.query.getall("dryRun", [])
-    for value in values:
-        if value != "All":
-            raise errors.bad_request(f'Unsupported value: "{value}": supported values: "All"')
+    if any(value != "All" for value in values):
+        raise errors.unsupported_option(_OPTIONS.get(request.method, "CreateOptions"), "dryRun",
+                                        json.dumps(values), '"All"')
     return bool(values)
 
 
 def field_validation_of(request: web.Request) -> str:
     value = request.query.get("fieldValidation", "Warn") or "Warn"
     if value not in ("Ignore", "Warn", "Strict"):
-        raise errors.bad_request(f"fieldValidation parameter unsupported: {value}; valid "
-                                 "values are Ignore, Warn and Strict")
+        raise errors.unsupported_option(_OPTIONS.get(request.method, "CreateOptions"),
+                                        "fieldValidation", json.dumps(value),
+                                        '"", "Ignore", "Strict", "Warn"')
     return value
 
 

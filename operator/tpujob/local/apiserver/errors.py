@@ -23,8 +23,10 @@ class ApiError(Exception):
             "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
             "message": self.message, "reason": self.reason, "code": self.code,
         }
-        if self.details is not None:
-            body["details"] = self.details
+        if not self.reason:  # an internal error kube-apiserver gives no reason
+            del body["reason"]
+        if self.details is not None:  # Go's omitempty: empty name and group are left out
+            body["details"] = {k: v for k, v in self.details.items() if v != ""}
         return body
 
 
@@ -48,6 +50,15 @@ def conflict(plural: str, group: str, name: str) -> ApiError:
         f'Operation cannot be fulfilled on {_qualified(plural, group)} "{name}": the object has '
         "been modified; please apply your changes to the latest version and try again",
         {"name": name, "group": group, "kind": plural})
+
+
+def unsupported_option(options_kind: str, field: str, shown: str, supported: str) -> ApiError:
+    """A query option kube-apiserver does not support: 422 on the options kind (CreateOptions,
+    UpdateOptions, PatchOptions, DeleteOptions), as its options validation answers."""
+    body = f"Unsupported value: {shown}: supported values: {supported}"
+    return ApiError(422, "Invalid", f'{options_kind}.meta.k8s.io "" is invalid: {field}: {body}',
+                    {"group": "meta.k8s.io", "kind": options_kind, "causes": [
+                        {"reason": "FieldValueNotSupported", "message": body, "field": field}]})
 
 
 def bad_request(message: str) -> ApiError:
@@ -81,6 +92,9 @@ def expired(message: str) -> ApiError:
     return ApiError(410, "Expired", message)
 
 
+OMITTED = object()  # a FieldError value kube-apiserver leaves out of the message
+
+
 @dataclass(frozen=True)
 class FieldError:
     """One invalid field; `kind` is the suffix of the Status cause reason (FieldValue<kind>)."""
@@ -89,6 +103,7 @@ class FieldError:
     field: str
     value: Any = None
     detail: str = ""
+    from_rule: bool = False  # found by a CEL rule (x-kubernetes-validations)
 
     def body(self) -> str:
         if self.kind == "Required":
@@ -103,6 +118,8 @@ class FieldError:
             return f"Too long: {self.detail}"
         if self.kind == "TooMany":
             return f"Too many: {format_value(self.value)}: {self.detail}"
+        if self.value is OMITTED:  # field.OmitValueType: the value is not shown
+            return f"Invalid value: {self.detail}"
         return f"Invalid value: {format_value(self.value)}: {self.detail}"
 
     def cause(self) -> dict[str, str]:

@@ -1,4 +1,5 @@
-"""Patch semantics (pure): JSON merge patch, JSON patch, strategic merge patch, server-side apply."""
+"""Patch semantics (pure): JSON merge patch, JSON patch, server-side apply (strategic merge
+patch: strategic.py)."""
 
 from __future__ import annotations
 
@@ -147,58 +148,6 @@ def apply_json_patch(doc: Any, operations: Any) -> Any:
         else:
             raise PatchError(f"unexpected json patch operation {kind!r}", code=400)
     return doc
-
-
-def _merge_key(items: list) -> str | None:
-    for key in ("name", "containerPort", "mountPath", "devicePath", "ip", "type", "port"):
-        if items and all(isinstance(i, dict) and key in i for i in items):
-            return key
-    return None
-
-
-def apply_strategic_merge_patch(target: Any, patch: Any) -> Any:
-    """Strategic merge for built-in kinds: maps merge, lists of named items merge by their key
-    (`name`, `containerPort`, ...), `$patch: delete|replace` directives are honored, and the
-    ordering directives kubectl adds (`$setElementOrder/...`, `$retainKeys`) are dropped."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    if patch.get("$patch") == "replace":
-        return {k: copy.deepcopy(v) for k, v in patch.items() if k != "$patch"}
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if key.startswith("$"):  # $setElementOrder/..., $retainKeys: order and pruning hints
-            continue
-        if value is None:
-            result.pop(key, None)
-        elif isinstance(value, list):  # onto no list: merged into an empty one (directives go)
-            current = result.get(key)
-            result[key] = _merge_list(current if isinstance(current, list) else [], value)
-        elif isinstance(value, dict) and value.get("$patch") == "delete":
-            result.pop(key, None)
-        else:
-            result[key] = apply_strategic_merge_patch(result.get(key), value)
-    return result
-
-
-def _merge_list(current: list, patch: list) -> list:
-    if {"$patch": "replace"} in patch:  # the list as the patch gives it, directive left out
-        return [apply_strategic_merge_patch({}, p) if isinstance(p, dict) else copy.deepcopy(p)
-                for p in patch if p != {"$patch": "replace"}]
-    key = _merge_key(current + [p for p in patch if not (isinstance(p, dict) and "$patch" in p
-                                                        and len(p) == 1)])
-    if key is None:
-        return copy.deepcopy(patch)
-    merged = copy.deepcopy(current)
-    for item in patch:
-        position = next((i for i, c in enumerate(merged) if c.get(key) == item.get(key)), None)
-        if item.get("$patch") == "delete":
-            if position is not None:
-                merged.pop(position)
-        elif position is None:
-            merged.append(apply_strategic_merge_patch({}, item))
-        else:
-            merged[position] = apply_strategic_merge_patch(merged[position], item)
-    return merged
 
 
 def _leaf_paths(value: Any, prefix: tuple = ()) -> set[tuple]:

@@ -110,16 +110,42 @@ def pod_columns(age: Column, human) -> list[Column]:
               "and when the last container in this pod has restarted."),
          lambda pod: _pod_restarts(pod, now(), human)),
         age,
-        (_col("IP", "podIP address allocated to the pod.", 1),
+        (_col("IP", "podIP address allocated to the pod. Routable at least within the "
+              "cluster. Empty if not yet allocated.", 1),
          lambda pod: status(pod).get("podIP") or "<none>"),
-        (_col("Node", "NodeName indicates in which node this pod is scheduled.", 1),
+        (_col("Node", "NodeName indicates in which node this pod is scheduled. If empty, this "
+              "pod is a candidate for scheduling by the scheduler defined in schedulerName. "
+              "Once this field is set, the kubelet for this node becomes responsible for the "
+              "lifecycle of this pod. This field should not be used to express a desire for the "
+              "pod to be scheduled on a specific node. "
+              "https://kubernetes.io/docs/concepts/scheduling-eviction/assign-pod-node/#nodename",
+              1),
          lambda pod: (pod.get("spec") or {}).get("nodeName") or "<none>"),
         (_col("Nominated Node", "nominatedNodeName is set only when this pod preempts other "
-              "pods on the node.", 1),
+              "pods on the node, but it cannot be scheduled right away as preemption victims "
+              "receive their graceful termination periods. This field does not guarantee that "
+              "the pod will be scheduled on this node. Scheduler may decide to place the pod "
+              "elsewhere if other nodes become available sooner. Scheduler may also decide to "
+              "give the resources on this node to a higher priority pod that is created after "
+              "preemption. As a result, this field may be different than PodSpec.nodeName when "
+              "the pod is scheduled.", 1),
          lambda pod: status(pod).get("nominatedNodeName") or "<none>"),
         (_col("Readiness Gates", "If specified, all readiness gates will be evaluated for pod "
-              "readiness.", 1), lambda pod: "<none>"),
+              "readiness. A pod is ready when all its containers are ready AND all conditions "
+              'specified in the readiness gates have status equal to \"True\" More info: '
+              "https://git.k8s.io/enhancements/keps/sig-network/580-pod-readiness-gates", 1),
+         lambda pod: "<none>"),
     ]
+
+
+# -- configmaps -------------------------------------------------------------------------------
+
+CONFIGMAP_DATA: Column = (
+    _col("Data", "Data contains the configuration data. Each key must consist of alphanumeric "
+         "characters, '-', '_' or '.'. Values with non-UTF-8 byte sequences must use the "
+         "BinaryData field. The keys stored in Data must not overlap with the keys in the "
+         "BinaryData field, this is enforced during validation process."),
+    lambda cm: len(cm.get("data") or {}) + len(cm.get("binaryData") or {}))
 
 
 # -- jobs -------------------------------------------------------------------------------------

@@ -14,7 +14,13 @@ from .codec import check_accept, is_flag, respond
 from .errors import ApiError
 from .observe import SEEN
 from .resources import ResourceType
-from .selectors import matches_fields, matches_labels, parse_field_selector, parse_label_selector
+from .selectors import (
+    matches_fields,
+    matches_labels,
+    parse_field_selector,
+    parse_label_selector,
+    unsupported_field,
+)
 
 if TYPE_CHECKING:
     from .faults import FaultInjector
@@ -31,7 +37,6 @@ class ReadHandlers:
     faults: FaultInjector
     bookmark_interval_s: float
 
-
     def _versioned(self, rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         return {**obj, "apiVersion": rtype.api_version}
 
@@ -40,15 +45,18 @@ class ReadHandlers:
         obj = self._versioned(target.rtype, self.store.get(target.rtype, target.namespace,
                                                            target.name))
         if table.wants_table(request.headers.get("Accept", "")):
-            return respond(table.build_table(target.rtype, [obj], obj["metadata"]["resourceVersion"],
-                                           request.query.get("includeObject", "Metadata")))
+            return respond(table.build_table(target.rtype, [obj],
+                                             obj["metadata"]["resourceVersion"],
+                                             request.query.get("includeObject", "Metadata")))
         return respond(obj)
 
     def _matcher(self, request: web.Request, target: Target):
+        rtype = target.rtype
         try:
             labels = parse_label_selector(request.query.get("labelSelector"))
-            fields = parse_field_selector(request.query.get("fieldSelector"),
-                                          target.rtype.field_selectors)
+            fields = parse_field_selector(
+                request.query.get("fieldSelector"), rtype.field_selectors,
+                lambda key: unsupported_field(rtype.group, rtype.plural, rtype.kind, key))
         except ValueError as err:
             raise errors.bad_request(str(err)) from err
         if target.name is not None:
@@ -73,7 +81,7 @@ class ReadHandlers:
             document["metadata"].update(meta)
             return respond(document)
         return respond({"kind": target.rtype.list_kind, "apiVersion": target.rtype.api_version,
-                      "metadata": meta, "items": items})
+                        "metadata": meta, "items": list_items(target.rtype, items)})
 
     async def _watch(self, request: web.Request, target: Target) -> web.StreamResponse:
         query = request.query
@@ -81,9 +89,14 @@ class ReadHandlers:
         try:
             timeout_s = float(timeout) if timeout else None
             resource_version = query.get("resourceVersion", "")
-            if resource_version not in ("", "0"):
-                int(resource_version)
+            if resource_version not in ("", "0") and not resource_version.isdigit():
+                raise ValueError("resourceVersion")
         except ValueError as err:
+            if "resourceVersion" in str(err):
+                # kube-apiserver: a 500 without a reason, in strconv's words.
+                raise ApiError(500, "", f'resourceVersion: Invalid value: "{resource_version}": '
+                               f'strconv.ParseUint: parsing "{resource_version}": invalid '
+                               "syntax") from err
             raise errors.bad_request(f"invalid watch parameter: {err}") from err
         self.store.ensure_kind(target.rtype)
         seen = request.get(SEEN)
@@ -146,6 +159,14 @@ class ReadHandlers:
         raise errors.resource_not_found()
 
 
+def list_items(rtype: ResourceType, items: list[dict]) -> list[dict]:
+    """The items of a list as kube-apiserver encodes them: a built-in kind's items without
+    `kind` and `apiVersion` (the typed list's items carry none), a custom resource's with."""
+    if rtype.is_custom:
+        return items
+    return [{k: v for k, v in item.items() if k not in ("kind", "apiVersion")} for item in items]
+
+
 def paginate(items: list[dict], query, meta: dict[str, Any]) -> tuple[list[dict], dict]:
     limit, token = query.get("limit"), query.get("continue")
     start = 0
@@ -159,6 +180,8 @@ def paginate(items: list[dict], query, meta: dict[str, Any]) -> tuple[list[dict]
         end = int(limit)
         meta["continue"] = base64.urlsafe_b64encode(
             json.dumps({"start": start + end}).encode()).decode()
-        meta["remainingItemCount"] = len(items) - end
+        if not query.get("labelSelector") and not query.get("fieldSelector"):
+            # kube-apiserver counts the rest only when no selector filters it.
+            meta["remainingItemCount"] = len(items) - end
         items = items[:end]
     return items, meta

@@ -105,15 +105,25 @@ _DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9
 
 def name_errors(rtype: ResourceType, name: str) -> list[str]:
     """Why `name` is not a valid object name for this kind (empty when it is)."""
+    # The words of k8s.io/apimachinery/pkg/util/validation (IsDNS1123Label, IsDNS1123Subdomain).
+    found = []
     if rtype.plural in ("namespaces", "services"):
-        if len(name) > 63 or not _DNS_LABEL.match(name):
-            return ["a lowercase RFC 1123 label must consist of lower case alphanumeric "
-                    "characters or '-', and must start and end with an alphanumeric character"]
-        return []
-    if len(name) > 253 or not _DNS_SUBDOMAIN.match(name):
-        return ["a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
-                "characters, '-' or '.', and must start and end with an alphanumeric character"]
-    return []
+        if len(name) > 63:
+            found.append("must be no more than 63 characters")
+        if not _DNS_LABEL.match(name):
+            found.append("a lowercase RFC 1123 label must consist of lower case alphanumeric "
+                         "characters or '-', and must start and end with an alphanumeric "
+                         "character (e.g. 'my-name',  or '123-abc', regex used for validation "
+                         "is '[a-z0-9]([-a-z0-9]*[a-z0-9])?')")
+        return found
+    if len(name) > 253:
+        found.append("must be no more than 253 characters")
+    if not _DNS_SUBDOMAIN.match(name):
+        found.append("a lowercase RFC 1123 subdomain must consist of lower case alphanumeric "
+                     "characters, '-' or '.', and must start and end with an alphanumeric "
+                     "character (e.g. 'example.com', regex used for validation is "
+                     "'[a-z0-9]([-a-z0-9]*[a-z0-9])?(\\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*')")
+    return found
 
 
 def _version_key(version: str) -> tuple:

@@ -9,7 +9,7 @@ import re
 from typing import Any
 
 from . import cel
-from .errors import FieldError
+from .errors import OMITTED, FieldError
 
 _MISSING = object()
 
@@ -265,12 +265,14 @@ def _validate_rules(value: Any, schema: dict, path: str, old: Any) -> list[Field
             field = path + rule["fieldPath"] if rule["fieldPath"].startswith(("[", ".")) \
                 else _join(path, rule["fieldPath"])
         kind = (rule.get("reason") or "FieldValueInvalid").removeprefix("FieldValue")
+        # kube-apiserver shows a scalar's value, and leaves an object's or a list's out.
+        shown = OMITTED if isinstance(value, (dict, list)) else value
         try:
             ok = evaluate(bindings)
         except cel.CelError as err:
-            errors.append(FieldError(kind, field, schema.get("type", "object"), str(err)))
+            errors.append(FieldError(kind, field, shown, str(err), from_rule=True))
             continue
         if ok is not True:
             message = rule.get("message") or f"failed rule: {text}"
-            errors.append(FieldError(kind, field, schema.get("type", "object"), message))
+            errors.append(FieldError(kind, field, shown, message, from_rule=True))
     return errors

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -95,8 +96,24 @@ def matches_labels(requirements: list[Requirement], labels: dict[str, str] | Non
     return True
 
 
-def parse_field_selector(text: str | None, supported: frozenset[str]) -> list[Requirement]:
-    """Parse `metadata.name=x,status.phase!=Running`; only `supported` field paths are allowed."""
+# Kinds whose field selectors are kube-apiserver's defaults (DefaultMetaV1FieldSelectorConversion
+# in k8s.io/apimachinery/pkg/runtime/conversion.go), and kinds with their own words.
+_DEFAULT_CONVERSION = {("", "configmaps"), ("", "serviceaccounts"), ("coordination.k8s.io", "leases")}
+
+
+def unsupported_field(group: str, plural: str, kind: str, key: str) -> str:
+    """kube-apiserver's words for a field selector on a field the kind does not select on."""
+    if (group, plural) in _DEFAULT_CONVERSION:
+        return f'"{key}" is not a known field selector: only "metadata.name", "metadata.namespace"'
+    if (group, plural) == ("batch", "jobs"):
+        return f'field label "{key}" not supported for {kind}'
+    return f"field label not supported: {key}"
+
+
+def parse_field_selector(text: str | None, supported: frozenset[str],
+                         unsupported: Callable[[str], str] | None = None) -> list[Requirement]:
+    """Parse `metadata.name=x,status.phase!=Running`; only `supported` field paths are allowed
+    (`unsupported(key)`: the message for another)."""
     requirements = []
     for term in _split_terms(text or ""):
         if "!=" in term:
@@ -109,7 +126,8 @@ def parse_field_selector(text: str | None, supported: frozenset[str]) -> list[Re
             raise ValueError(f"invalid selector: '{term}'; can't understand '{term}'")
         key = key.strip()
         if key not in supported:
-            raise ValueError(f'field label not supported: {key}')
+            raise ValueError(unsupported(key) if unsupported else
+                             f"field label not supported: {key}")
         requirements.append(Requirement(key, op, (value.strip(),)))
     return requirements
 

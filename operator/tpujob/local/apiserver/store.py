@@ -169,20 +169,32 @@ class Store:
         obj = self.get(rtype, namespace, name)
         preconditions = preconditions or {}
         meta = obj["metadata"]
-        if preconditions.get("uid") and preconditions["uid"] != meta["uid"]:
-            raise errors.ApiError(409, "Conflict", f"Precondition failed: UID in precondition: "
-                                  f"{preconditions['uid']}, UID in object meta: {meta['uid']}")
-        if preconditions.get("resourceVersion") and \
-                str(preconditions["resourceVersion"]) != meta["resourceVersion"]:
-            raise errors.conflict(rtype.plural, rtype.group, name)
+        # kube-apiserver's words (staging/src/k8s.io/apiserver/pkg/registry/generic/registry/
+        # store.go, deleteWithoutFinalizers' preconditions): the kind, not the resource.
+        for field, word, why in (("uid", "UID", "deleted and then recreated"),
+                                 ("resourceVersion", "ResourceVersion", "modified")):
+            wanted = preconditions.get(field)
+            if wanted and str(wanted) != meta[field]:
+                raise errors.ApiError(
+                    409, "Conflict", f'Operation cannot be fulfilled on {rtype.kind} "{name}": '
+                    f"the {word} in the precondition ({wanted}) does not match the {word} in "
+                    f"record ({meta[field]}). The object might have been {why}",
+                    {"name": name, "group": rtype.group, "kind": rtype.kind})
         key = (namespace or "", name)
         is_namespace = rtype.plural == "namespaces" and not rtype.group
-        if meta.get("finalizers") or is_namespace:
+        # Foreground and Orphan: kube-apiserver adds the policy's finalizer and leaves the rest to
+        # the garbage collector (here: _finish_propagation, right after).
+        policy = {"Foreground": "foregroundDeletion", "Orphan": "orphan"}.get(propagation)
+        if meta.get("finalizers") or is_namespace or policy:
             if meta.get("deletionTimestamp"):
                 return obj
             obj = copy.deepcopy(obj)
             obj["metadata"]["deletionTimestamp"] = now_rfc3339()
             obj["metadata"]["deletionGracePeriodSeconds"] = 0
+            if policy and policy not in (meta.get("finalizers") or []):
+                obj["metadata"]["finalizers"] = [*(meta.get("finalizers") or []), policy]
+            if "generation" in meta:  # rest.BeforeDelete bumps it with the deletion mark
+                obj["metadata"]["generation"] = int(meta["generation"]) + 1
             rv = self.next_rv()
             obj["metadata"]["resourceVersion"] = str(rv)
             if is_namespace:
@@ -191,6 +203,9 @@ class Store:
             self._emit(rtype.key, "MODIFIED", obj, rv)
             if is_namespace:
                 self.schedule(lambda: self._finish_namespace(rtype, name))
+            elif policy:
+                uid = meta["uid"]
+                self.schedule(lambda: self._finish_propagation(rtype, key, uid, policy))
             return obj
         rv = self.next_rv()
         self._remove(rtype, key, obj, rv, propagation)
@@ -229,6 +244,36 @@ class Store:
         ns = self.find(ns_type, None, name)
         if ns is not None:
             self._remove(ns_type, ("", name), ns, self.next_rv())
+
+    def _finish_propagation(self, rtype: ResourceType, key: tuple[str, str], uid: str,
+                            finalizer: str) -> None:
+        """The garbage collector's part of a Foreground or Orphan deletion: the dependents
+        deleted (and gone) or orphaned, then the policy's finalizer removed."""
+        obj = self.objects.get(rtype.key, {}).get(key)
+        if obj is None or obj["metadata"]["uid"] != uid or \
+                finalizer not in (obj["metadata"].get("finalizers") or []):
+            return
+        if finalizer == "orphan":
+            self._orphan(uid)
+        else:
+            for dependent_type, dependent in self._owned_by(uid):
+                refs = dependent["metadata"].get("ownerReferences") or []
+                if any(r.get("uid") != uid and self._uid_exists(r.get("uid")) for r in refs):
+                    self._keep_owners(dependent_type, dependent, lambda r: r.get("uid") != uid)
+                else:
+                    self._delete_quietly(dependent_type, dependent)
+            if self._owned_by(uid):  # dependents held by their finalizers: wait for them
+                asyncio.get_running_loop().call_later(
+                    0.2, lambda: self._finish_propagation(rtype, key, uid, finalizer))
+                return
+        obj = self.objects[rtype.key][key]
+        updated = copy.deepcopy(obj)
+        updated["metadata"]["finalizers"] = [f for f in obj["metadata"]["finalizers"]
+                                             if f != finalizer]
+        if not updated["metadata"]["finalizers"]:
+            del updated["metadata"]["finalizers"]
+        updated["metadata"]["resourceVersion"] = str(self.rv + 1)
+        self._store_update(rtype, obj, strategy.WriteResult(updated))
 
     def _delete_quietly(self, rtype: ResourceType, obj: dict) -> None:
         meta = obj["metadata"]

@@ -98,18 +98,87 @@ def _check_metadata_types(rtype: ResourceType, meta: dict[str, Any]) -> None:
                 f"{rtype.kind}: metadata.{key}: expected {json_name}, got {_json_type(value)}")
 
 
+# The top-level fields of each built-in kind (k8s.io/api v0.35 types); the decoder drops any
+# other, and names it under fieldValidation Warn and Strict. Fields below these are not checked.
+TOP_FIELDS: dict[tuple[str, str], frozenset[str]] = {
+    ("", "Namespace"): frozenset({"spec", "status"}),
+    ("", "Pod"): frozenset({"spec", "status"}),
+    ("", "Event"): frozenset({
+        "involvedObject", "reason", "message", "source", "firstTimestamp", "lastTimestamp",
+        "count", "type", "eventTime", "series", "action", "related", "reportingComponent",
+        "reportingInstance"}),
+    ("", "ConfigMap"): frozenset({"data", "binaryData", "immutable"}),
+    ("", "Secret"): frozenset({"data", "stringData", "type", "immutable"}),
+    ("", "Service"): frozenset({"spec", "status"}),
+    ("", "ServiceAccount"): frozenset({"secrets", "imagePullSecrets",
+                                       "automountServiceAccountToken"}),
+    ("batch", "Job"): frozenset({"spec", "status"}),
+    ("events.k8s.io", "Event"): frozenset({
+        "eventTime", "series", "reportingController", "reportingInstance", "action", "reason",
+        "regarding", "related", "note", "type", "deprecatedSource", "deprecatedFirstTimestamp",
+        "deprecatedLastTimestamp", "deprecatedCount"}),
+    ("coordination.k8s.io", "Lease"): frozenset({"spec"}),
+}
+# Maps and lists kube-apiserver leaves out when empty (`omitempty`), for every kind, and for the
+# built-in kinds' own top-level maps.
+_OMITTED_WHEN_EMPTY = ("labels", "annotations", "finalizers", "ownerReferences")
+_BUILTIN_OMITTED_WHEN_EMPTY = ("data", "binaryData", "stringData")
+
+
+def builtin_schema(rtype: ResourceType) -> dict[str, Any] | None:
+    """A schema of a built-in kind's top-level fields alone (their contents are kept), for
+    pruning unknown fields; None for a kind without a list."""
+    fields = TOP_FIELDS.get((rtype.group, rtype.kind))
+    if rtype.is_custom or fields is None:
+        return None
+    return {"type": "object", "properties": {
+        f: {"x-kubernetes-preserve-unknown-fields": True} for f in fields}}
+
+
+def omit_empty(rtype: ResourceType, obj: dict[str, Any]) -> None:
+    """Leave out the empty maps and lists Go's encoder leaves out."""
+    meta = obj.get("metadata") or {}
+    for key in _OMITTED_WHEN_EMPTY:
+        if meta.get(key) in ({}, []):
+            del meta[key]
+    if not rtype.is_custom:
+        for key in _BUILTIN_OMITTED_WHEN_EMPTY:
+            if obj.get(key) in ({}, []):
+                del obj[key]
+
+
 def _process_schema(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None,
                     name: str) -> list[str]:
+    omit_empty(rtype, obj)
     if rtype.schema is None:
-        return []
+        top = builtin_schema(rtype)
+        return schema.prune(obj, top) if top is not None else []
     unknown = schema.prune(obj, rtype.schema)
     schema.default(obj, rtype.schema)
     old_value = old if old is not None else schema._MISSING
     found = schema.validate({k: v for k, v in obj.items() if k != "metadata"}, rtype.schema,
                             old=old_value)
+    # apiextensions-apiserver runs the CEL rules after the schema, and not at all when the
+    # schema found a blocking error (hasBlockingErr: Required, NotSupported, TypeInvalid).
+    by_schema = [e for e in found if not e.from_rule]
+    if any(e.kind in ("Required", "NotSupported", "TypeInvalid") for e in by_schema):
+        found = by_schema + [FieldError("Invalid", "<nil>", None, "some validation rules were "
+                                        "not checked because the object was invalid; correct "
+                                        "the existing errors to complete validation")] \
+            if len(found) > len(by_schema) or _has_rules(rtype.schema) else by_schema
+    else:
+        found = by_schema + [e for e in found if e.from_rule]
     if found:
         raise errors.invalid(rtype.kind, rtype.group, name, found)
     return unknown
+
+
+def _has_rules(node: Any) -> bool:
+    if isinstance(node, dict):
+        return "x-kubernetes-validations" in node or any(_has_rules(v) for v in node.values())
+    if isinstance(node, list):
+        return any(_has_rules(v) for v in node)
+    return False
 
 
 def _check_metadata(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any] | None) -> None:
@@ -141,12 +210,13 @@ def _check_metadata(rtype: ResourceType, obj: dict[str, Any], old: dict[str, Any
         found.append(FieldError("Invalid", "metadata.finalizers", finalizers,
                                 "must be a list of strings"))
     elif old is not None and old["metadata"].get("deletionTimestamp"):
-        added = set(finalizers) - set(old["metadata"].get("finalizers") or [])
-        if added:
+        before = old["metadata"].get("finalizers") or []
+        added = [f for f in finalizers if f not in before]
+        if added:  # Go's %#v of a []string
             found.append(FieldError("Forbidden", "metadata.finalizers",
                                     detail="no new finalizers can be added if the object is "
-                                    "being deleted, found new finalizers " +
-                                    str(sorted(added)).replace("'", '"')))
+                                    "being deleted, found new finalizers []string{" +
+                                    ", ".join(f'"{f}"' for f in added) + "}"))
     if found:
         raise errors.invalid(rtype.kind, rtype.group, meta.get("name") or "", found)
 
@@ -230,7 +300,15 @@ def prepare_update(rtype: ResourceType, body: Any, old: dict[str, Any], subresou
     return WriteResult(obj, unknown)
 
 
+class StrictDecodingError(ApiError):
+    """Unknown fields under fieldValidation=Strict (400); `unknown` names them."""
+
+    def __init__(self, message: str, unknown: list[str]) -> None:
+        super().__init__(400, "BadRequest", message)
+        self.unknown = unknown
+
+
 def strict_error(rtype: ResourceType, unknown: list[str]) -> ApiError:
     fields = ", ".join(f'unknown field "{f}"' for f in unknown)
-    return errors.bad_request(f"{rtype.kind} in version \"{rtype.version}\" cannot be handled as "
-                              f"a {rtype.kind}: strict decoding error: {fields}")
+    return StrictDecodingError(f"{rtype.kind} in version \"{rtype.version}\" cannot be handled "
+                               f"as a {rtype.kind}: strict decoding error: {fields}", unknown)

@@ -10,11 +10,26 @@ from typing import Any
 from . import jsonpath, printers
 from .resources import ResourceType
 
+# The descriptions are ObjectMeta's field docs, as kube-apiserver's printers take them
+# (metav1.ObjectMeta{}.SwaggerDoc()).
 _NAME = {"name": "Name", "type": "string", "format": "name", "priority": 0,
-         "description": "Name must be unique within a namespace. Cannot be updated."}
+         "description": "Name must be unique within a namespace. Is required when creating "
+         "resources, although some resources may allow a client to request the generation of "
+         "an appropriate name automatically. Name is primarily intended for creation "
+         "idempotence and configuration definition. Cannot be updated. More info: "
+         "https://kubernetes.io/docs/concepts/overview/working-with-objects/names#names"}
+# A CRD's default Age column (apiextensions-apiserver's tableconvertor) is a date; the built-in
+# printers' is a string (pkg/printers/internalversion/printers.go).
 _AGE = {"name": "Age", "type": "date", "format": "", "priority": 0,
         "description": "CreationTimestamp is a timestamp representing the server time when this "
                        "object was created."}
+_BUILTIN_AGE = {**_AGE, "type": "string", "description": (
+    "CreationTimestamp is a timestamp representing the server time when this object was "
+    "created. It is not guaranteed to be set in happens-before order across separate "
+    "operations. Clients may not set this value. It is represented in RFC3339 form and is in "
+    "UTC.\n\nPopulated by the system. Read-only. Null for lists. More info: "
+    "https://git.k8s.io/community/contributors/devel/sig-architecture/api-conventions.md"
+    "#metadata")}
 
 
 def wants_table(accept: str) -> bool:
@@ -43,7 +58,10 @@ def _columns(rtype: ResourceType) -> list[tuple[dict[str, Any], Any]]:
         columns.append(({"name": "Status", "type": "string", "format": "", "priority": 0,
                          "description": "The status of the namespace"},
                         lambda obj: (obj.get("status") or {}).get("phase")))
-    age_column = (_AGE, lambda obj: age(obj["metadata"].get("creationTimestamp")))
+    age_column = (_AGE if rtype.is_custom else _BUILTIN_AGE,
+                  lambda obj: age(obj["metadata"].get("creationTimestamp")))
+    if not rtype.group and rtype.kind == "ConfigMap":
+        columns.append(printers.CONFIGMAP_DATA)
     if not rtype.group and rtype.kind == "Pod":
         return printers.pod_columns(age_column, human_duration)
     if rtype.group == "batch" and rtype.kind == "Job":
@@ -142,9 +160,7 @@ def build_table(rtype: ResourceType, objects: list[dict[str, Any]], resource_ver
     rows = []
     for obj in objects:
         row: dict[str, Any] = {"cells": [cell(obj) for _, cell in columns]}
-        row_object = _row_object(obj, include_object)
-        if row_object is not None:
-            row["object"] = row_object
+        row["object"] = _row_object(obj, include_object)  # null for includeObject=None
         rows.append(row)
     return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
             "metadata": {"resourceVersion": resource_version},

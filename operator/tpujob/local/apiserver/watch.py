@@ -52,7 +52,11 @@ def _translate(request: WatchRequest, event: Event) -> tuple[str, dict] | None:
     if event.type == "MODIFIED" and event.old is not None:
         before = request.matches(event.old)
         if before and not now:
-            return "DELETED", obj
+            # The cacher's convertToWatchEvent: the object as the watcher last matched it, at
+            # the event's resourceVersion.
+            old = {**event.old, "metadata": {**event.old["metadata"],
+                                             "resourceVersion": obj["metadata"]["resourceVersion"]}}
+            return "DELETED", old
         if now and not before:
             return "ADDED", obj
     return (event.type, obj) if now else None

@@ -4,11 +4,12 @@ field validation (`Strict` refuses before anything is stored; `Warn` answers wit
 from __future__ import annotations
 
 import copy
+import json
 from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
-from . import errors, patch, schema
+from . import errors, patch, schema, strategic
 from .codec import (
     BODY_TYPES,
     PATCH_TYPES,
@@ -19,10 +20,16 @@ from .codec import (
     read_body,
     respond,
 )
-from .errors import ApiError
+from .errors import ApiError, FieldError
 from .resources import ResourceType
 from .store import now_rfc3339
-from .strategy import prepare_create, prepare_update, strict_error
+from .strategy import (
+    StrictDecodingError,
+    builtin_schema,
+    prepare_create,
+    prepare_update,
+    strict_error,
+)
 
 if TYPE_CHECKING:
     from .server import Target
@@ -45,7 +52,7 @@ class WriteHandlers:
         return self._write_response(target.rtype, result, validation, 201)
 
     def _create_checked(self, target: Target, body: Any, validation: str, dry_run: bool):
-        if validation == "Strict" and target.rtype.schema is not None:
+        if validation == "Strict":
             # Strict must refuse before anything is stored.
             refuse_unknown_fields(target.rtype, body)
             probe = self._dry_run_create(target, copy.deepcopy(body))
@@ -84,7 +91,7 @@ class WriteHandlers:
 
     def _write(self, target: Target, body: Any, require_version: bool, dry_run: bool,
                validation: str):
-        if validation == "Strict" and target.rtype.schema is not None:
+        if validation == "Strict":
             # Strict must refuse before anything is stored.
             refuse_unknown_fields(target.rtype, body)
             old = self.store.get(target.rtype, target.namespace, target.name)
@@ -105,31 +112,42 @@ class WriteHandlers:
         validation = field_validation_of(request)
         if content_type == "application/apply-patch+yaml":
             return self._apply(request, target, decode(raw, "application/yaml"), validation)
+        rtype = target.rtype
+        if content_type == "application/strategic-merge-patch+json" and rtype.is_custom:
+            # Custom resources have no Go types to read patch strategies from.
+            raise ApiError(415, "UnsupportedMediaType", "the body of the request was in an "
+                           "unknown format - accepted media types include: "
+                           "application/json-patch+json, application/merge-patch+json, "
+                           "application/apply-patch+yaml")
         # kube-apiserver reads the object before it decodes the patch: a patch of a missing
         # object is 404 even when the patch is malformed.
-        old = self.store.get(target.rtype, target.namespace, target.name)
+        old = self.store.get(rtype, target.namespace, target.name)
         body = decode(raw, "application/json")
-        current = self._versioned(target.rtype, old)
+        current = self._versioned(rtype, old)
         try:
             if content_type == "application/json-patch+json":
                 patched = patch.apply_json_patch(current, body)
             elif not isinstance(body, dict):
-                raise errors.bad_request("the patch must be a JSON object")
-            elif content_type == "application/strategic-merge-patch+json" and \
-                    not target.rtype.is_custom:
-                patched = patch.apply_strategic_merge_patch(current, body)
+                raise errors.bad_request("error decoding patch: json: cannot unmarshal "
+                                         f"{_go_json_type(body)} into Go value of type "
+                                         "map[string]interface {}")
+            elif content_type == "application/strategic-merge-patch+json":
+                patched = strategic.apply_strategic_merge_patch(
+                    current, body, strategic.fields_of(rtype.group, rtype.kind))
             else:
                 patched = patch.apply_merge_patch(current, body)
         except patch.PatchError as err:
-            reason = "Invalid" if err.code == 422 else "BadRequest"
-            raise ApiError(err.code, reason, str(err)) from err
+            raise _patch_failure(err, content_type) from err
         if not isinstance(patched, dict):
             raise errors.bad_request("the patched object must be a JSON object")
         patched.setdefault("metadata", {}).setdefault("resourceVersion",
                                                       old["metadata"]["resourceVersion"])
-        result = self._write(target, patched, require_version=False, dry_run=dry_run_of(request),
-                             validation=validation)
-        return self._write_response(target.rtype, result, validation)
+        try:
+            result = self._write(target, patched, require_version=False,
+                                 dry_run=dry_run_of(request), validation=validation)
+            return self._write_response(rtype, result, validation)
+        except StrictDecodingError as err:
+            raise strict_patch_error(patched, err.unknown) from err
 
     def _apply(self, request: web.Request, target: Target, applied: Any,
                validation: str) -> web.Response:
@@ -183,10 +201,37 @@ class WriteHandlers:
         return self._write_response(rtype, result, validation, code)
 
 
+def _go_json_type(value: Any) -> str:
+    return {list: "array", str: "string", bool: "bool"}.get(type(value), "number") \
+        if value is not None else "null"
+
+
+def _patch_failure(err: patch.PatchError, content_type: str) -> ApiError:
+    """A patch that could not be applied, as kube-apiserver answers it
+    (staging/src/k8s.io/apiserver/pkg/endpoints/handlers/patch.go)."""
+    if content_type == "application/json-patch+json" and err.code == 422:
+        # NewGenericServerResponse(422, ...): the generic words; the patch's error is not sent.
+        return ApiError(422, "Invalid", "the server rejected our request due to an error in "
+                        "our request", {})
+    if err.code == 500:  # strategicpatch's own errors reach the client as they are
+        return ApiError(500, "", str(err))
+    return ApiError(err.code, "Invalid" if err.code == 422 else "BadRequest", str(err))
+
+
 def refuse_unknown_fields(rtype: ResourceType, body: Any) -> None:
     """Strict field validation happens while the body is decoded, so kube-apiserver names an
     unknown field before it looks at any value: refuse with it before validating."""
-    if isinstance(body, dict):
-        unknown = schema.prune(copy.deepcopy(body), rtype.schema)
+    known = rtype.schema if rtype.schema is not None else builtin_schema(rtype)
+    if isinstance(body, dict) and known is not None:
+        unknown = schema.prune(copy.deepcopy(body), known)
         if unknown:
             raise strict_error(rtype, unknown)
+
+
+def strict_patch_error(patched: dict[str, Any], unknown: list[str]) -> ApiError:
+    """A patch whose result has unknown fields, under Strict: kube-apiserver decodes the
+    patched object and refuses the patch (422, the field `patch`, the object as its value)."""
+    fields = ", ".join(f'unknown field "{f}"' for f in unknown)
+    return errors.invalid("", "", "", [FieldError(
+        "Invalid", "patch", json.dumps(patched, sort_keys=True, separators=(",", ":")),
+        f"strict decoding error: {fields}")])
