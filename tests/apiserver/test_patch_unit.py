@@ -9,7 +9,10 @@ from tpujob.local.apiserver.patch import (
     PatchError,
     apply_json_patch,
     apply_merge_patch,
+    apply_conflicts,
     apply_server_side,
+    conflict_message,
+    forget_fields,
 )
 
 pytestmark = pytest.mark.unit
@@ -203,13 +206,15 @@ def test_a_json_patch_that_fails_changes_nothing() -> None:
     # A field now applied whole (its parent a leaf) is not pruned below it.
     ({"spec": {"m": {"a": 1, "b": 2}}}, {"spec": {"m": {"a": 1, "b": 2}}}, {"spec": {"m": {}}},
      {"spec": {"m": {"a": 1, "b": 2}}}),
-    # Labels and annotations are pruned; the rest of metadata never is.
+    # Labels, annotations and finalizers this manager applied are pruned (kube-apiserver:
+    # finalizers are a set, each owned by who applied it); the rest of metadata never is.
     ({"metadata": {"name": "w", "finalizers": ["f"], "labels": {"a": "1"},
-                   "annotations": {"n": "1"}}},
+                   "annotations": {"n": "1"}, "generateName": "g"}},
      {"metadata": {"name": "w", "finalizers": ["f"], "labels": {"a": "1"},
-                   "annotations": {"n": "1"}}},
+                   "annotations": {"n": "1"}, "generateName": "g"}},
      {"metadata": {"name": "w"}},
-     {"metadata": {"name": "w", "finalizers": ["f"], "labels": {}, "annotations": {}}}),
+     {"metadata": {"name": "w", "finalizers": [], "labels": {}, "annotations": {},
+                   "generateName": "g"}}),
     # A whole section dropped from the applied object goes with its fields.
     ({"spec": {"x": 1}, "data": {"k": "v"}}, {"spec": {"x": 1}, "data": {"k": "v"}},
      {"spec": {"x": 1}}, {"spec": {"x": 1}, "data": {}}),
@@ -238,3 +243,36 @@ def test_fields_v1_names_every_applied_field() -> None:
     assert fields_v1(applied) == {"f:metadata": {"f:name": {}, "f:labels": {"f:a": {}}},
                                   "f:data": {"f:k": {}}}
     assert fields_v1(["not", "a", "map"]) == {}
+
+
+# Server-side apply between managers, as kube-apiserver v1.35.4 answers (tests/conformance).
+def test_a_field_another_manager_applied_conflicts_unless_the_value_is_the_same() -> None:
+    live = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"},
+            "data": {"a": "1", "c": "3"}}
+    others = {"one": {"data": {"a": "1"}}, "three": {"data": {"c": "3"}}}
+    applied = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c"}}
+    assert apply_conflicts(live, {**applied, "data": {"a": "1"}}, others) == []
+    assert apply_conflicts(live, {**applied, "data": {"a": "2"}}, others) == [("one", ".data.a")]
+    both = apply_conflicts(live, {**applied, "data": {"a": "2", "c": "4"}}, others)
+    assert both == [("one", ".data.a"), ("three", ".data.c")]
+    assert conflict_message(both[:1]) == \
+        'Apply failed with 1 conflict: conflict with "one": .data.a'
+    assert conflict_message(both) == ('Apply failed with 2 conflicts: conflicts with "one":\n'
+                                      '- .data.a\nconflicts with "three":\n- .data.c')
+    assert forget_fields({"data": {"a": "1", "b": "2"}}, [".data.a"]) == {"data": {"b": "2"}}
+
+
+def test_finalizers_applied_by_two_managers_are_a_set() -> None:
+    live = {"metadata": {"name": "c", "finalizers": ["x.io/one"]}}
+    two = {"metadata": {"name": "c", "finalizers": ["x.io/two"]}}
+    merged = apply_server_side(live, two, None, [{"metadata": {"finalizers": ["x.io/one"]}}])
+    assert merged["metadata"]["finalizers"] == ["x.io/one", "x.io/two"]
+    # one stops applying its finalizer: it goes; two's stays
+    dropped = apply_server_side(merged, {"metadata": {"name": "c", "finalizers": []}},
+                                {"metadata": {"finalizers": ["x.io/one"]}}, [two])
+    assert dropped["metadata"]["finalizers"] == ["x.io/two"]
+    # a finalizer both apply stays while either does
+    shared = apply_server_side(merged, {"metadata": {"name": "c", "finalizers": []}},
+                               {"metadata": {"finalizers": ["x.io/one"]}},
+                               [{"metadata": {"finalizers": ["x.io/one", "x.io/two"]}}])
+    assert shared["metadata"]["finalizers"] == ["x.io/one", "x.io/two"]

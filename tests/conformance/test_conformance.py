@@ -51,23 +51,6 @@ KNOWN: dict[str, dict[str, tuple[Any, Any]]] = {
         "[3].body.message": (Like(STRICT_PATCH), Like(STRICT_PATCH))},
     # kube-apiserver lists the finalizer error twice (ValidateObjectMetaUpdate runs in both
     # the generic update and the ConfigMap strategy); its message says it once.
-    # Server-side apply: the embedded server detects no conflicts between managers, and keeps
-    # lists atomic (kube-apiserver merges `finalizers`, a set, across managers).
-    "server-side-apply": {
-        "[3].status": (409, 200), "[3].body.code": (409, MISSING),
-        "[3].body.data": (MISSING, {"a": "2"}),
-        "[3].body.details": ({"causes": [{"reason": "FieldManagerConflict",
-                                          "message": 'conflict with "one"', "field": ".data.a"}]},
-                             MISSING),
-        "[3].body.kind": ("Status", "ConfigMap"),
-        "[3].body.message": ('Apply failed with 1 conflict: conflict with "one": .data.a',
-                             MISSING),
-        "[3].body.metadata.name": (MISSING, "ssa"),
-        "[3].body.metadata.namespace": (MISSING, "conformance"),
-        "[3].body.reason": ("Conflict", MISSING), "[3].body.status": ("Failure", MISSING)},
-    "server-side-apply-sets": {
-        "[1].body.metadata.finalizers": (["x.io/one", "x.io/two"], ["x.io/two"]),
-        "[2].body.metadata.finalizers": (["x.io/two"], MISSING)},
     "delete-finalizers": {"[5].body.details.causes": ([FINALIZER_ADDED, FINALIZER_ADDED],
                                                       [FINALIZER_ADDED])},
 }

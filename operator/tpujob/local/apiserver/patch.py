@@ -178,10 +178,17 @@ def _deep_merge(target: Any, applied: Any) -> Any:
     return result
 
 
-def apply_server_side(current: dict, applied: dict, previous: dict | None) -> dict:
+_FINALIZERS = ("metadata", "finalizers")
+_IDENTITY = {("apiVersion",), ("kind",), ("metadata", "name"), ("metadata", "namespace")}
+
+
+def apply_server_side(current: dict, applied: dict, previous: dict | None,
+                      others: list[dict] = ()) -> dict:
     """Server-side apply for one field manager: merge the applied configuration into the live
     object and drop the fields this manager applied before but no longer applies. Lists are
-    atomic, and conflicts with other managers are not detected."""
+    atomic but for `metadata.finalizers`, a set (`+listType=set`): each finalizer is owned on
+    its own, and one this manager stops applying stays while another manager (`others`: their
+    applied configurations) applies it."""
     result = _deep_merge(current, applied)
     if previous:
         for path in _leaf_paths(previous) - _leaf_paths(applied):
@@ -189,7 +196,57 @@ def apply_server_side(current: dict, applied: dict, previous: dict | None) -> di
                                                              ("metadata", "annotations")):
                 if not any(path[:i] in _leaf_paths(applied) for i in range(1, len(path))):
                     _delete_path(result, path)
+    mine = _value_at(applied, _FINALIZERS)
+    before = _value_at(previous or {}, _FINALIZERS)
+    if isinstance(mine, list) or isinstance(before, list):
+        mine, before = mine or [], before or []
+        theirs = {f for other in others for f in _value_at(other, _FINALIZERS) or []}
+        kept = [f for f in _value_at(current, _FINALIZERS) or []
+                if f in mine or f not in before or f in theirs]
+        result.setdefault("metadata", {})["finalizers"] = kept + [f for f in mine
+                                                                  if f not in kept]
     return result
+
+
+def apply_conflicts(current: dict, applied: dict, others: dict[str, dict]
+                    ) -> list[tuple[str, str]]:
+    """(manager, field path) of each field another apply manager applied (`others`: manager ->
+    its applied configuration) that `applied` sets to a value the object does not have:
+    kube-apiserver refuses those with 409 unless the apply is forced."""
+    mine = {p for p in _leaf_paths(applied) if p not in _IDENTITY and p != _FINALIZERS}
+    found = []
+    for manager in sorted(others):
+        for path in sorted(mine & _leaf_paths(others[manager])):
+            if _value_at(applied, path) != _value_at(current, path):
+                found.append((manager, "." + ".".join(path)))
+    return found
+
+
+def conflict_message(conflicts: list[tuple[str, str]]) -> str:
+    """fieldmanager's getConflictMessage."""
+    if len(conflicts) == 1:
+        manager, path = conflicts[0]
+        return f'Apply failed with 1 conflict: conflict with "{manager}": {path}'
+    lines = []
+    for manager in sorted({m for m, _ in conflicts}):
+        lines.append(f'conflicts with "{manager}":')
+        lines += [f"- {p}" for m, p in conflicts if m == manager]
+    return f"Apply failed with {len(conflicts)} conflicts: " + "\n".join(lines)
+
+
+def forget_fields(applied: dict, paths: list[str]) -> dict:
+    """`applied` without the fields at `paths` (".a.b"): what a manager still owns once a
+    forced apply took those from it."""
+    result = copy.deepcopy(applied)
+    for path in paths:
+        _delete_path(result, tuple(path[1:].split(".")))
+    return result
+
+
+def _value_at(value: Any, path: tuple) -> Any:
+    for key in path:
+        value = value.get(key) if isinstance(value, dict) else None
+    return value
 
 
 def fields_v1(value: Any) -> dict:

@@ -17,6 +17,7 @@ from .codec import (
     decode,
     dry_run_of,
     field_validation_of,
+    is_flag,
     read_body,
     respond,
 )
@@ -181,10 +182,19 @@ class WriteHandlers:
             body = copy.deepcopy(applied)
             body["metadata"]["managedFields"] = [entry]
             result = self._create_checked(target, body, validation, dry_run_of(request))
-            code = 201
+            code, conflicts = 201, []
         else:
-            merged = patch.apply_server_side(self._versioned(rtype, existing), applied,
-                                             self.store.applied.get(memory_key))
+            current = self._versioned(rtype, existing)
+            others = {key[3]: config for key, config in self.store.applied.items()
+                      if key[:3] == memory_key[:3] and key[4] == memory_key[4]
+                      and key[3] != manager}
+            conflicts = patch.apply_conflicts(current, applied, others)
+            if conflicts and not is_flag(request.query.get("force")):
+                raise ApiError(409, "Conflict", patch.conflict_message(conflicts), {"causes": [
+                    {"reason": "FieldManagerConflict", "message": f'conflict with "{m}"',
+                     "field": path} for m, path in conflicts]})
+            merged = patch.apply_server_side(current, applied, self.store.applied.get(memory_key),
+                                             list(others.values()))
             others = [m for m in existing["metadata"].get("managedFields") or []
                       if not (m.get("manager") == manager and m.get("operation") == "Apply"
                               and m.get("subresource") == entry.get("subresource"))]
@@ -198,6 +208,9 @@ class WriteHandlers:
             code = 200
         if not dry_run_of(request):
             self.store.applied[memory_key] = copy.deepcopy(applied)
+            for other, path in conflicts:  # forced: the fields are this manager's now
+                key = (*memory_key[:3], other, memory_key[4])
+                self.store.applied[key] = patch.forget_fields(self.store.applied[key], [path])
         return self._write_response(rtype, result, validation, code)
 
 
