@@ -17,7 +17,9 @@ from typing import Any
 import pytest
 
 from tests.conformance.cases import CASES
-from tests.conformance.harness import MISSING, diff_exchanges, run_case
+from tests.conformance.harness import diff_exchanges, run_case
+
+pytestmark = pytest.mark.integration
 
 
 @dataclass(frozen=True)
