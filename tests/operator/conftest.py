@@ -39,6 +39,9 @@ class Cluster:
 
     def request(self, method: str, path: str, **kw: Any):
         kw.setdefault("timeout", 30)
+        # Named on each request: $REQUESTS_CA_BUNDLE would override the session's own CA
+        # (psf/requests#3829), and a TLS server's certificate is of its own local CA.
+        kw.setdefault("verify", self.session.verify)
         return self.session.request(method, self.base_url + path.format(ns=self.namespace), **kw)
 
     def create_job(self, name: str, **spec: Any) -> dict:
