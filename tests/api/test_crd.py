@@ -232,7 +232,8 @@ def test_printer_columns(version):
     default = [c for c in columns if not c.get("priority")]
     # kubectl adds NAME itself and upper-cases the rest.
     assert ["NAME"] + [c["name"].upper() for c in default] == [
-        "NAME", "SLICE", "HOSTS", "PHASE", "STEP", "LOSS", "TOK/S/DEV", "MFU", "RESTARTS",
+        "NAME", "SLICE", "HOSTS", "PHASE", "STEP", "LAST STEP", "LOSS", "TOK/S/DEV", "MFU",
+        "RESTARTS",
         "REASON", "GOODPUT", "AGE"]
 
 

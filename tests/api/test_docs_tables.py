@@ -24,6 +24,10 @@ FORMS = {
 }
 
 
+# A header's column: words one space apart (LAST STEP); kubectl puts 3 or more between columns.
+COLUMN = re.compile(r"\S+(?: \S+)*")
+
+
 def _headers(wide: bool) -> list[str]:
     return ["NAME"] + [c["name"].upper() for c in build_printer_columns()
                        if wide or not c.get("priority")]
@@ -49,8 +53,9 @@ def _tables() -> list[tuple[str, list[str]]]:
 
 def _cells(header: str, row: str) -> dict[str, str]:
     """A row's cells by column, cut where kubectl aligns each column's header."""
-    starts = [m.start() for m in re.finditer(r"\S+", header)]
-    names = header.split()
+    found = list(re.finditer(COLUMN, header))
+    starts = [m.start() for m in found]
+    names = [m.group() for m in found]
     ends = starts[1:] + [None]
     return {n: row[s:e].strip() for n, s, e in zip(names, starts, ends, strict=True)}
 
@@ -64,7 +69,7 @@ def test_the_docs_show_the_table():
 
 @pytest.mark.parametrize("where, rows", TABLES, ids=[where for where, _ in TABLES])
 def test_a_docs_table_has_the_crds_columns_and_printed_forms(where, rows):
-    header = rows[0].split()
+    header = [m.group() for m in re.finditer(COLUMN, rows[0])]
     assert header in (_headers(wide=False), _headers(wide=True)), where
     for row in rows[1:]:
         if row.startswith("..."):

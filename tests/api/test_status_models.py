@@ -39,7 +39,7 @@ def sample_status() -> TpuTrainingJobStatus:
         restarts=1,
         progress=Progress(step=120, total_steps=1000, loss=2.75, step_time_seconds=0.5,
                           tokens_per_second_per_device=8192.0, tflops_per_device=410.5,
-                          mfu=0.447, last_checkpoint_step=100, last_update_time=T0,
+                          mfu=0.447, last_checkpoint_step=100, last_update_time=T0, last_step_time=T0,
                           display=display_of(2.75, 8192.0, 0.447, 410.5)),
         failure=Failure(reason=FailureReason.PREEMPTED, message="node pool upgraded"),
         goodput=Goodput(percent=91.5, display="91.5%", productive_seconds=915.0,

@@ -204,9 +204,10 @@ def test_get_tpujobs_prints_readable_progress_and_the_reason(kube: Kube, kubectl
     root = Path(__file__).resolve().parents[2]
     kube.ensure_crd(yaml.safe_load((root / "manifests" / "crd.yaml").read_text()))
     path = f"/apis/tpujob.dev/v1alpha1/namespaces/{kube.namespace}/tputrainingjobs"
+    five_minutes_ago = (datetime.now(UTC) - timedelta(minutes=5)).strftime("%Y-%m-%dT%H:%M:%SZ")
     statuses = {
         unique_name("run"): {"phase": "Running", "restarts": 1, "progress": {
-            "step": 40, "loss": 1.7577435970306396, "tokensPerSecondPerDevice": 5425.809674792159,
+            "step": 40, "lastStepTime": five_minutes_ago, "loss": 1.7577435970306396, "tokensPerSecondPerDevice": 5425.809674792159,
             "tflopsPerDevice": 0.010008215474622838, "mfu": 2.2e-05,
             "display": display_of(1.7577435970306396, 5425.809674792159, 2.2e-05,
                                   0.010008215474622838).to_dict()},
@@ -228,11 +229,14 @@ def test_get_tpujobs_prints_readable_progress_and_the_reason(kube: Kube, kubectl
                          headers={"Content-Type": "application/merge-patch+json"})
         assert r.status_code == 200, r.text
     lines = kubectl("get", "tpujobs", *statuses).splitlines()
-    assert lines[0].split() == ["NAME", "SLICE", "HOSTS", "PHASE", "STEP", "LOSS", "TOK/S/DEV",
-                                "MFU", "RESTARTS", "REASON", "GOODPUT", "AGE"]
+    assert lines[0].split() == ["NAME", "SLICE", "HOSTS", "PHASE", "STEP", "LAST", "STEP",
+                                "LOSS", "TOK/S/DEV", "MFU", "RESTARTS", "REASON", "GOODPUT",
+                                "AGE"]
     running, cpu, bad = list(statuses)
     rows = {line.split()[0]: line.split() for line in lines[1:]}
-    # Empty cells print as nothing.
+    # Empty cells print as nothing; the last step's time as its age (5m, or 5m1s a second on).
+    assert re.fullmatch(r"5m(\d+s)?", rows[running][4]), rows[running]
+    del rows[running][4]
     assert rows[running][1:9] == ["v6e-8", "Running", "40", "1.758", "5426", "0.0022%", "1",
                                    "29.5%"]
     assert rows[cpu][1:9] == ["v6e-8", "Running", "7", "2.5", "100", "-", "0", "4.2%"]

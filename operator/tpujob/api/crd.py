@@ -53,6 +53,10 @@ def build_printer_columns() -> list[dict[str, Any]]:
         _column("Hosts", "integer", ".status.slice.hosts", "TPU hosts, all slices together."),
         _column("Phase", "string", ".status.phase", "Lifecycle phase."),
         _column("Step", "integer", ".status.progress.step", "Last completed training step."),
+        # How long ago the step last moved: a hung job reads as such long before its stall
+        # timeout (a date column prints as an age, like AGE).
+        _column("Last Step", "date", ".status.progress.lastStepTime",
+                "Time since the step last changed."),
         # Strings the operator formats (full precision stays in .status.progress): kubectl
         # prints a number column with every digit.
         _column("Loss", "string", ".status.progress.display.loss",
