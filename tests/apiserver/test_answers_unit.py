@@ -102,7 +102,7 @@ def test_each_kind_refuses_a_field_selector_in_its_own_words(kind, message) -> N
 
 
 def test_deletion_answers_and_policies() -> None:
-    assert default_propagation(JOBS) == "Orphan"
+    assert default_propagation(JOBS) == "Background"  # kube-apiserver: Orphan (docs)
     assert default_propagation(CONFIGMAPS) == "Background"
     assert ("", "pods") in RETURNS_OBJECT and ("", "configmaps") not in RETURNS_OBJECT
 

@@ -88,6 +88,8 @@ RETURNS_OBJECT = {("", "pods"), ("", "services"), ("", "serviceaccounts"), ("", 
 
 
 def default_propagation(rtype: ResourceType) -> str:
-    """The policy of a deletion that names none: batch/v1 Jobs orphan their pods (the Job
-    strategy's DefaultGarbageCollectionPolicy, kept for old clients); the rest Background."""
-    return "Orphan" if (rtype.group, rtype.plural) == ("batch", "jobs") else "Background"
+    """The policy of a deletion that names none: Background. (kube-apiserver orphans a batch/v1
+    Job's pods by default, the Job strategy's DefaultGarbageCollectionPolicy kept for old
+    clients; here a Job's pods go with it, as local mode's callers expect: a difference listed
+    in docs/local-apiserver.md.)"""
+    return "Background"
