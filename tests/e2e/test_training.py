@@ -2,7 +2,9 @@
 checkpointing to the emulated `gs://`: a job trains to completion with its progress in the
 status; a host SIGKILLed after a checkpoint is restarted by the JobSet's failure policy, the run
 resumes from that checkpoint, and every step after the resume has the loss of an uninterrupted
-run."""
+run; with node-local checkpoints it resumes from the newest local step, from a hostPath with
+Recreate and from the pods' emptyDir with InPlaceRestart (the containers start again in their
+pods)."""
 
 from __future__ import annotations
 
@@ -160,3 +162,52 @@ def test_with_local_checkpoints_a_killed_host_resumes_from_the_newest_local_step
     # Lost steps: what host 0 did past the local checkpoint it came back to, counted exactly.
     goodput = status["goodput"]
     assert goodput["lostSteps"] == max(before) - restore["step"], goodput
+
+
+def test_in_place_a_killed_host_starts_again_in_its_pod_and_resumes_from_its_emptydir(
+        local, reference, gcs_env):
+    """InPlaceRestart: the killed container starts again in its pod (the other host's process
+    ends PeerLost and starts again the same way); the pods stay, so the local tier in their
+    emptyDir (medium Disk) is there to resume from."""
+    name = unique("inplace")
+    every_local = 5
+    spec = trainer_job(f"gs://tpujob-e2e/{name}", max_restarts=5)
+    spec["restartPolicy"]["strategy"] = "InPlaceRestart"
+    spec["trainer"] = {"config": {**TINY, "checkpoint": {"every": 1000, "keep": 2}}}
+    spec["localCheckpoints"] = {"everySteps": every_local, "medium": "Disk"}
+    local.apply(name, spec)
+    pods = local.cluster.workdir / "pods" / local.namespace
+
+    def common() -> list[int]:
+        have = []
+        for i in (0, 1):
+            tiers = list(pods.glob(f"{name}-slice-0-*/volumes/local-checkpoints/process-{i}"))
+            have.append({int(p.name) for t in tiers for p in t.glob("*") if p.name.isdigit()})
+        return sorted(have[0] & have[1])
+
+    wait_for(lambda: [s for s in common() if s >= 2 * every_local], timeout=120, interval=0.1,
+             message="a local checkpoint on both hosts")
+    uids = {p["metadata"]["uid"] for p in local.pods(name)}
+    [host1] = [p for p in local.processes(name) if "-slice-0-1-" in p["pod"]]
+    os.kill(host1["pid"], signal.SIGKILL)
+    assert common()[-1] < TOTAL, "the run finished before it could be killed"
+
+    job = local.wait_phase(name, "Succeeded", "Failed", timeout=150)
+    assert job["status"]["phase"] == "Succeeded", job["status"]
+    # The same pods throughout; their containers started again in place.
+    final = local.pods(name)
+    assert {p["metadata"]["uid"] for p in final} == uids
+    restarts = {p["metadata"]["name"]: p["status"]["containerStatuses"][0]["restartCount"]
+                for p in final}
+    assert all(n >= 1 for n in restarts.values()), restarts
+    # The run came back from the local tier in the pods' emptyDirs (process 0 logs the steps),
+    # and every step after the resume has the loss of an uninterrupted run.
+    logs = local.logs(name)
+    assert len(logs) >= 2 and all(p.parent == logs[0].parent for p in logs), logs
+    last = logs[-1]
+    [restore] = [e for e in json_lines(last) if e["event"] == "restore"]
+    assert restore["tier"] == "local" and restore["step"] % every_local == 0, restore
+    assert restore["step"] >= 2 * every_local
+    after = steps(last)
+    assert sorted(after) == list(range(restore["step"] + 1, TOTAL + 1))
+    assert after == {s: reference["losses"][s] for s in after}
