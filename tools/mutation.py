@@ -191,6 +191,10 @@ MODULES: dict[str, list[str]] = {
     "trainer/tpujob_trainer/aot.py": ["tests/trainer/test_aot.py"],
     "trainer/tpujob_trainer/step.py": ["tests/trainer/test_loss.py", "tests/trainer/test_model.py"],
     "operator/tpujob/cli/plan_compile.py": ["tests/plan/test_plan_compile.py"],
+    "operator/tpujob/cli/local_cmd.py": [
+        "tests/e2e/test_cli_up.py::test_a_port_with_the_real_control_plane_is_refused_before_"
+        "anything_starts", "tests/e2e/test_cli_up.py::test_a_port_in_use_is_reported_and_nothing_"
+        "stays_up"],
     "trainer/tpujob_trainer/remat.py": ["tests/plan/test_memory_request.py"],
     # The fast fakes first (-x: a mutant they kill costs no training), then real training.
     "trainer/tpujob_trainer/loop.py": ["tests/trainer/test_loop_steps.py",

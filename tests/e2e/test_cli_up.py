@@ -149,3 +149,18 @@ def test_a_port_in_use_is_reported_and_nothing_stays_up(tmp_path):
     assert f"cannot start local mode: [Errno 98] error while attempting to bind on address " \
            f"('127.0.0.1', {port})" in done.stdout
     assert not (tmp_path / "kubeconfig").exists()
+
+
+def test_a_port_with_the_real_control_plane_is_refused_before_anything_starts(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-m", "tpujob.cli.main", "local", "up", "--port",
+                             "6443", "--control-plane", "real", "--kubeconfig",
+                             str(tmp_path / "kubeconfig")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        stdout, stderr = proc.communicate(timeout=60)
+    finally:
+        stop_tree(proc)  # had it started the control plane, nothing of it stays
+    assert proc.returncode == 1, stdout + stderr
+    assert "--port is the embedded API server's; the real kube-apiserver listens on a free " \
+           "port of its own" in stderr
+    assert not (tmp_path / "kubeconfig").exists()

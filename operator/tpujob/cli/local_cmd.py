@@ -53,7 +53,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Start local mode (API server, operator, executor, GCS emulator), write a "
                     "kubeconfig and keep running until Ctrl-C; then stop everything.")
     up.add_argument("--port", type=int, default=0,
-                    help="API server port (default: a free port)")
+                    help="the embedded API server's port (default: a free port); the real "
+                         "kube-apiserver listens on a free port of its own")
     up.add_argument("--kubeconfig", default=DEFAULT_KUBECONFIG,
                     help=f"where to write the kubeconfig (default: {DEFAULT_KUBECONFIG})")
     _add_common(up)
@@ -150,6 +151,10 @@ def run_up(args: argparse.Namespace) -> int:
     from tpujob.local.session import serve
     from tpujob.local.session.run import Interrupt, handle_signals
 
+    if args.port and args.control_plane == "real":
+        raise SystemExit("tpujob local up: --port is the embedded API server's; the real "
+                         "kube-apiserver listens on a free port of its own (the kubeconfig "
+                         "names it)")
     with handle_signals(Interrupt()) as interrupt:
         return serve(Path(args.kubeconfig), _options(args), port=args.port, interrupt=interrupt,
                      log_file=True)
