@@ -331,6 +331,14 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
      "found.append((index if isinstance(index, int) else 1 << 30, reading))", "30 -> 31"):
         "the key only puts process 0 first; the others keep only their step, which goodput "
         "takes the max of, so their order changes nothing",
+    ("operator/tpujob/local/apiserver/strategic.py",
+     "return _hashable(x.get(key) if key and isinstance(x, dict) else x)", "and -> or"):
+        "with a merge key every item is a dict (_merge_list refuses any other), and without one "
+        "no item is: the two tests never disagree",
+    ("operator/tpujob/local/apiserver/strategic.py",
+     "live_ids.index(left) < live_ids.index(right):", "< -> <="):
+        "left is a live-only item and right a patch item: never the same item, so never the "
+        "same index",
     ("operator/tpujob/local/apiserver/store.py", "@dataclass(frozen=True)", "True -> False"):
         "nothing assigns to an Event or hashes one: events only go into the history deque and "
         "the watchers' queues",

@@ -172,6 +172,8 @@ def test_map_directives(patch: dict, expected: dict) -> None:
      "unknown patch type: bogus in map: map[$patch:bogus]"),
     ({"spec": {"containers": [{"$patch": "delete"}]}}, 400,
      "map: map[$patch:delete] does not contain declared merge key: name"),
+    ({"spec": {"containers": [{"name": "m", "$patch": "bogus"}]}}, 500,
+     "unknown patch type: bogus in map: map[$patch:bogus name:m]"),
 ])
 def test_malformed_directives_are_refused(patch: dict, code: int, message: str) -> None:
     live = {"metadata": {"labels": {"x": "1"}}, "data": {"a": "1"},
@@ -179,3 +181,73 @@ def test_malformed_directives_are_refused(patch: dict, code: int, message: str) 
     with pytest.raises(PatchError) as refused:
         apply_strategic_merge_patch(live, patch, POD_FIELDS)
     assert (refused.value.code, str(refused.value)) == (code, message)
+
+
+def test_set_element_order_alone_reorders_the_live_list() -> None:
+    live = {"metadata": {"finalizers": ["a", "b"]}}
+    patched = apply_strategic_merge_patch(live, {"metadata": {
+        "$setElementOrder/finalizers": ["b", "a"]}})
+    assert patched == {"metadata": {"finalizers": ["b", "a"]}}
+
+
+@pytest.mark.parametrize(("live", "patch", "expected"), [
+    ([], [], []),
+    ([], ["a"], ["a"]),
+    (["a"], [], ["a"]),
+    (["a", "b"], ["b"], ["a", "b"]),
+])
+def test_merging_empty_and_overlapping_sets(live: list, patch: list, expected: list) -> None:
+    patched = apply_strategic_merge_patch({"metadata": {"finalizers": live}},
+                                          {"metadata": {"finalizers": patch}})
+    assert patched["metadata"]["finalizers"] == expected
+
+
+@pytest.mark.parametrize(("live", "patch", "expected"), [
+    # a value of another type replaces the live one, whatever its strategy
+    ({"spec": {"containers": {"a": 1}}}, {"spec": {"containers": [{"name": "m"}]}},
+     {"spec": {"containers": [{"name": "m"}]}}),
+    ({"spec": {"containers": [{"name": "m"}]}}, {"spec": {"containers": {"a": 1}}},
+     {"spec": {"containers": {"a": 1}}}),
+    # $deleteFromPrimitiveList of a list without the merge strategy: strategicpatch's
+    # mergeSliceHandler takes the patch's list as it is
+    ({"spec": {"args": ["a", "b"]}}, {"spec": {"$deleteFromPrimitiveList/args": ["a"]}},
+     {"spec": {"args": ["a"]}}),
+    # ... of something that is not a list: nothing happens
+    ({"metadata": {"finalizers": ["a"]}},
+     {"metadata": {"$deleteFromPrimitiveList/finalizers": "a"}},
+     {"metadata": {"finalizers": ["a"]}}),
+    # ... of a list the object lacks: nothing either
+    ({"metadata": {}}, {"metadata": {"$deleteFromPrimitiveList/finalizers": ["a"]}},
+     {"metadata": {}}),
+])
+def test_types_that_do_not_match(live: dict, patch: dict, expected: dict) -> None:
+    assert apply_strategic_merge_patch(live, patch, POD_FIELDS) == expected
+
+
+@pytest.mark.parametrize(("patch", "message"), [
+    ({"metadata": {"finalizers": [{"a": 1}]}}, "cannot merge lists without merge key"),
+    ({"spec": {"containers": [{"image": "x"}]}},
+     "map: map[image:x] does not contain declared merge key: name"),
+    ({"spec": {"containers": ["x"]}}, "map: x does not contain declared merge key: name"),
+])
+def test_lists_that_cannot_merge_are_400(patch: dict, message: str) -> None:
+    live = {"metadata": {"finalizers": ["f"]}, "spec": {"containers": [{"name": "m"}]}}
+    with pytest.raises(PatchError) as refused:
+        apply_strategic_merge_patch(live, patch, POD_FIELDS)
+    assert (refused.value.code, str(refused.value)) == (400, message)
+
+
+def test_an_unknown_patch_type_names_the_map_as_go_prints_it() -> None:
+    with pytest.raises(PatchError) as refused:
+        apply_strategic_merge_patch({"spec": {}}, {"spec": {
+            "$patch": "bogus", "l": [1, None, True], "m": {"b": "x", "a": 2}}})
+    assert (refused.value.code, str(refused.value)) == (
+        500, "unknown patch type: bogus in map: map[$patch:bogus l:[1 <nil> true] m:map[a:2 b:x]]")
+
+
+def test_declarations_are_frozen() -> None:
+    from dataclasses import FrozenInstanceError
+
+    from tpujob.local.apiserver.strategic import Field
+    with pytest.raises(FrozenInstanceError):
+        Field().merge = True  # type: ignore[misc]

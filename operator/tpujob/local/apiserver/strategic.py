@@ -131,8 +131,6 @@ def _merge_map(original: dict, patch: dict, fields: Mapping[str, Field]) -> dict
 def _merge_list(live: list, patch: list, meta: Field, order_by: list | None = None) -> list:
     """A list whose field merges: scalars as a set, objects by their merge key; then ordered
     as strategicpatch orders it."""
-    if not live and not patch:
-        return live
     if not any(isinstance(x, dict) for x in live + patch):
         merged = _dedupe(live + patch)
         return _ordered(merged, patch, order_by if order_by is not None else patch, live, "")
