@@ -11,7 +11,7 @@ from tests.controller.test_decide import T0, TINY, cond, js, obs, running_status
 from tpujob.api.status import FailureReason, Phase, Progress
 from tpujob.controller.decide import Action, Decision, Event, decide
 from tpujob.controller.observe import FailureCause
-from tpujob.controller.trainer_reports import ProgressReading
+from tpujob.controller.trainer_reports import ProgressReading, TimelineReading
 
 pytestmark = pytest.mark.unit
 # Two v6e-16 slices: 32 devices, so a batch that splits over 32.
@@ -200,7 +200,7 @@ UNREADABLE = {"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}
 
 @pytest.mark.parametrize("prev, jobset, phase", [
     (status(Phase.RUNNING), js(ready_jobs=1), Phase.RUNNING),
-    (status(Phase.RUNNING), js(ready_jobs=0), Phase.STARTING),
+    (status(Phase.RUNNING), js(ready_jobs=0), Phase.RESTARTING),
     (status(Phase.SUSPENDED), js(suspended=True), Phase.SUSPENDED),
     (status(Phase.QUEUED), js(suspended=True, queue_name="q"), Phase.QUEUED),
 ])
@@ -232,3 +232,82 @@ def test_what_decide_takes_and_gives_cannot_be_changed_in_place(value, field):
     from another thread: none of them may be altered on the way."""
     with pytest.raises(FrozenInstanceError):
         setattr(value, field, None)
+
+
+# A restart as a user watches it in `kubectl get tpujobs`: the phase says Restarting from the
+# moment a host is lost, the ended attempt's loss and speed are not shown beside the next
+# attempt's step, and a fall of GOODPUT comes with an Event that says why.
+def _attempt(name: str, step: int, steps: int, productive: float, resumed: int | None = None,
+             phase: str = "training") -> ProgressReading:
+    return ProgressReading(step=step, loss=2.0 + step / 100, step_time_s=0.5,
+                           tokens_per_s_per_device=1000.0, tflops_per_device=1.0, mfu=0.3,
+                           last_checkpoint_step=40, training=phase == "training",
+                           trainer_phase=phase,
+                           timeline=TimelineReading.from_document({
+                               "attempt": name, "step": step, "steps": steps,
+                               "resumed_from_step": resumed,
+                               "seconds": {"productive": productive}}))
+
+
+@pytest.mark.parametrize("prev_phase, restarts, phase", [
+    (Phase.RUNNING, 0, Phase.RESTARTING),      # a host lost: before the JobSet counts it
+    (Phase.RESTARTING, 0, Phase.RESTARTING),
+    (Phase.RUNNING, 1, Phase.RESTARTING),
+    (Phase.STARTING, 0, Phase.STARTING),       # the first start is still a start
+    (Phase.PENDING, 0, Phase.STARTING),
+])
+def test_a_host_lost_while_running_reads_as_restarting_at_once(prev_phase, restarts, phase):
+    d = decide(status(prev_phase), obs(js(ready_jobs=0, restarts=restarts)))
+    assert d.status.phase == phase
+
+
+def test_a_restart_blanks_the_ended_attempts_figures_until_the_next_one_reports():
+    running = decide(status(Phase.RUNNING), obs(js(ready_jobs=1),
+                                                progress=_attempt("a", 57, 57, 28.5, 0)))
+    assert running.status.progress.display.loss == "2.57"
+    # The JobSet restarted; every host runs again, process 0 does not serve progress yet.
+    again = decide(running.status, obs(js(ready_jobs=1, restarts=1),
+                                       now=T0 + timedelta(seconds=20)))
+    p = again.status.progress
+    assert (p.step, p.last_checkpoint_step) == (57, 40)
+    assert (p.loss, p.tokens_per_second_per_device, p.mfu, p.last_step_time) == \
+        (None, None, None, None)
+    assert p.display.loss is None and p.display.mfu is None
+    # The new attempt restored step 40 and compiles: its step, still no loss of its own.
+    restored = decide(again.status, obs(js(ready_jobs=1, restarts=1),
+                                        now=T0 + timedelta(seconds=25),
+                                        progress=ProgressReading(step=40, training=False,
+                                                                 trainer_phase="compiling")))
+    assert restored.status.progress.step == 40 and restored.status.progress.loss is None
+
+
+def test_a_restart_that_lost_steps_says_so_in_an_event():
+    first = decide(status(Phase.RUNNING), obs(js(ready_jobs=1),
+                                              progress=_attempt("a", 57, 57, 28.5, 0)))
+    later = decide(first.status, obs(js(ready_jobs=1), now=T0 + timedelta(seconds=30),
+                                     progress=_attempt("a", 57, 57, 28.5, 0)))
+    assert [e.reason for e in later.events] == []
+    resumed = decide(later.status, obs(js(ready_jobs=1, restarts=1),
+                                       now=T0 + timedelta(seconds=60),
+                                       progress=_attempt("b", 41, 1, 0.5, 40)))
+    [lost] = [e for e in resumed.events if e.reason == "LostSteps"]
+    assert lost.type == "Warning"
+    assert lost.message == (
+        f"the restart lost 17 steps (8.5 s of training) computed after the checkpoint at step "
+        f"40; goodput {later.status.goodput.display} -> {resumed.status.goodput.display}")
+    assert resumed.status.goodput.lost_steps == 17
+    # Said once: the next pass adds no loss.
+    after = decide(resumed.status, obs(js(ready_jobs=1, restarts=1),
+                                       now=T0 + timedelta(seconds=61),
+                                       progress=_attempt("b", 42, 2, 1.0, 40)))
+    assert [e for e in after.events if e.reason == "LostSteps"] == []
+
+
+def test_one_lost_step_is_said_too():
+    first = decide(status(Phase.RUNNING), obs(js(ready_jobs=1),
+                                              progress=_attempt("a", 41, 41, 20.5, 0)))
+    resumed = decide(first.status, obs(js(ready_jobs=1, restarts=1),
+                                       now=T0 + timedelta(seconds=60),
+                                       progress=_attempt("b", 40, 0, 0.0, 40, "compiling")))
+    [lost] = [e for e in resumed.events if e.reason == "LostSteps"]
+    assert lost.message.startswith("the restart lost 1 step (0.5 s of training)")

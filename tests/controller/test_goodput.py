@@ -87,7 +87,17 @@ def run(passes):
      [(0, Phase.QUEUED, None, []), (5, Phase.RUNNING, None, []),
       (65, Phase.RESTARTING, None, []), (70, Phase.RUNNING, None, [])],
      dict(percent=None, productive_seconds=None, queued_seconds=5, wall_seconds=65,
-          recovery_seconds=5, attempts=0)),
+          recovery_seconds=5, attempts=2)),
+    ("a timeline first served after its start counts that start once",
+     [(0, Phase.STARTING, None, []), (5, Phase.RUNNING, None, []),
+      (9, Phase.RUNNING, timeline("a", step=3, steps=3, productive=3), []),
+      (20, Phase.RESTARTING, None, []),
+      (25, Phase.RUNNING, timeline("b", step=3, steps=0, resumed=3), [])],
+     dict(attempts=2, lost_steps=0)),
+    ("a timeline served in the pass every host runs counts its start once",
+     [(0, Phase.STARTING, None, []),
+      (5, Phase.RUNNING, timeline("a", step=0, steps=0, resumed=0), [])],
+     dict(attempts=1)),
 ])
 def test_accounting(name, passes, want):
     g = run(passes)

@@ -24,6 +24,7 @@ from tpujob.api.status import (
     FailureReason,
     Phase,
     Progress,
+    ProgressDisplay,
     SliceStatus,
     TpuTrainingJobStatus,
     build_conditions,
@@ -31,7 +32,7 @@ from tpujob.api.status import (
     find_condition,
 )
 from tpujob.api.trainer_spec import ProgressSource
-from tpujob.controller.goodput import account, summary
+from tpujob.controller.goodput import account, display_of_percent, summary
 from tpujob.controller.observe import FailureCause, JobSetState
 from tpujob.controller.trainer_reports import ProgressReading, TimelineReading
 from tpujob.validation import Verdict
@@ -229,6 +230,18 @@ def decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
     if new.phase == Phase.INVALID and prev.goodput is None:
         goodput = None  # never ran
     events = list(decision.events)
+    lost = (goodput.lost_steps - prev.goodput.lost_steps
+            if goodput is not None and prev.goodput is not None else 0)
+    if lost > 0:
+        # Why GOODPUT just fell: the steps the ended attempt computed past the checkpoint the
+        # new one resumed from count as badput (docs/goodput.md).
+        resumed = goodput.current.resumed_from_step if goodput.current else None
+        wasted = ((goodput.badput.wasted_progress_from_disruption or 0.0)
+                  - (prev.goodput.badput.wasted_progress_from_disruption or 0.0))
+        events.append(Event("Warning", "LostSteps", (
+            f"the restart lost {lost} step{'s' if lost > 1 else ''} ({wasted:.1f} s of "
+            f"training) computed after the checkpoint at step {resumed}; goodput "
+            f"{display_of_percent(prev.goodput.percent)} -> {goodput.display}")))
     if new.phase in (Phase.SUCCEEDED, Phase.FAILED) and goodput is not None:
         # Before the phase's own Event: the job's last word stays its phase.
         events.insert(0, Event("Normal", "Goodput", summary(goodput)))
@@ -279,7 +292,10 @@ def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
     baseline = prev.jobset_restarts if js.restarts >= prev.jobset_restarts else 0
     b.status.restarts = prev.restarts + (js.restarts - baseline)
     b.status.jobset_restarts = js.restarts
-    b.status.progress = _progress(prev.progress, obs.progress, obs.now)
+    restarted = b.status.restarts > prev.restarts
+    b.status.progress = _progress(
+        restart_progress(prev.progress) if restarted and prev.progress is not None
+        else prev.progress, obs.progress, obs.now)
     if obs.progress_problem is not None:
         b.set(ConditionType.PROGRESS_READABLE, False, "UnreadableProgressLine",
               obs.progress_problem)
@@ -337,7 +353,10 @@ def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
         b.actions.append(Action.RESUME)
         return b.finish(Phase.RESTARTING if b.status.restarts else Phase.STARTING, "resuming")
     if not js.all_ready:
-        phase = Phase.RESTARTING if b.status.restarts else Phase.STARTING
+        # A host lost while the job ran is a restart from the moment it is seen, before the
+        # JobSet counts it.
+        phase = (Phase.RESTARTING if b.status.restarts
+                 or prev.phase in (Phase.RUNNING, Phase.RESTARTING) else Phase.STARTING)
         return b.finish(phase, f"{js.ready_jobs} of {js.jobs} slices have every host running")
     if b.status.restarts > prev.restarts:
         # Seen only once every host already runs again: Restarting for this write at least.
@@ -393,10 +412,20 @@ def _supervise(b: _Builder, spec: TpuTrainingJobSpec | None) -> Decision:
     return b.finish(Phase.RESTARTING, "restarting after a stall")
 
 
+def restart_progress(progress: Progress) -> Progress:
+    """Progress once the attempt it was read from has ended: its step and checkpoint stand
+    until the next attempt reports where it resumed; its loss and speed are the old attempt's,
+    so they are left blank, and its step clock is cleared (see replace_progress)."""
+    return replace_progress(progress).model_copy(update={
+        "loss": None, "step_time_seconds": None, "tokens_per_second_per_device": None,
+        "tflops_per_device": None, "mfu": None, "trainer_phase": None,
+        "display": ProgressDisplay()})
+
+
 def replace_progress(progress: Progress) -> Progress:
     """Progress with the step clock cleared, so a restarted run is judged from its own start."""
     return progress.model_copy(update={"last_step_time": None})
 
 
 __all__ = ["Action", "Decision", "Event", "Observation", "decide", "replace_progress",
-           "stall_deadline"]
+           "restart_progress", "stall_deadline"]

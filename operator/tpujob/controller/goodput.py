@@ -84,6 +84,10 @@ def account(prev: Goodput | None, *, now: datetime, phase_before: Phase, phase_a
             if phase_before == Phase.RESTARTING:
                 recovery += elapsed
     ended, current, attempts = g.ended, g.current, g.attempts
+    if current is None and reading is None and phase_after == Phase.RUNNING \
+            and phase_before != Phase.RUNNING:
+        # A trainer that serves no timeline: each time every host runs again is a start.
+        attempts += 1
     lost_steps = g.lost_steps
     wasted = g.badput.wasted_progress_from_disruption or 0.0
 
@@ -115,7 +119,8 @@ def account(prev: Goodput | None, *, now: datetime, phase_before: Phase, phase_a
             lost_steps += n
             wasted += seconds
         current = reading.as_attempt()
-        attempts += 1
+        if before is not None or attempts == 0:  # a first timeline may come after its start
+            attempts += 1
     elif reading is not None:
         current = reading.as_attempt()
 
