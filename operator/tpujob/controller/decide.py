@@ -164,6 +164,12 @@ def _slice_status(verdict: Verdict) -> SliceStatus | None:
                        processes=plan.processes)
 
 
+def _figure(value: float | None) -> float | None:
+    """A measured figure to 6 significant digits: more than it is known to, and what `kubectl
+    describe` prints in full (the table's cells are `display`)."""
+    return None if value is None else float(f"{value:.6g}")
+
+
 def _progress(prev: Progress | None, reading: ProgressReading | None, now: datetime
               ) -> Progress | None:
     if reading is None:
@@ -175,10 +181,11 @@ def _progress(prev: Progress | None, reading: ProgressReading | None, now: datet
         # A restarted process reports 0 until it has restored: the run goes on from the
         # newest checkpoint, so that is the step to show.
         step = max(prev.last_checkpoint_step, reading.last_checkpoint_step or 0)
-    return Progress(step=step, total_steps=reading.total_steps, loss=reading.loss,
-                    step_time_seconds=reading.step_time_s,
-                    tokens_per_second_per_device=reading.tokens_per_s_per_device,
-                    tflops_per_device=reading.tflops_per_device, mfu=reading.mfu,
+    return Progress(step=step, total_steps=reading.total_steps, loss=_figure(reading.loss),
+                    step_time_seconds=_figure(reading.step_time_s),
+                    tokens_per_second_per_device=_figure(reading.tokens_per_s_per_device),
+                    tflops_per_device=_figure(reading.tflops_per_device),
+                    mfu=_figure(reading.mfu),
                     last_checkpoint_step=reading.last_checkpoint_step, last_update_time=now,
                     last_step_time=now if moved else (prev.last_step_time if prev else None),
                     trainer_phase=reading.trainer_phase,
