@@ -146,8 +146,9 @@ MODULES: dict[str, list[str]] = {
        for name in ("failure_policy", "jobset_children", "jobset_status", "jobset_controller")},
     "operator/tpujob/local/executor/container_env.py": ["tests/executor/test_podenv_unit.py"],
     "operator/tpujob/local/executor/keys.py": ["tests/executor/test_policies_unit.py"],
-    **{f"operator/tpujob/local/executor/{name}.py": ["tests/executor/test_pod_status_unit.py"]
-       for name in ("pod_status", "in_place_restart")},
+    "operator/tpujob/local/executor/pod_status.py": ["tests/executor/test_pod_status_unit.py"],
+    "operator/tpujob/local/executor/in_place_restart.py": [
+        "tests/executor/test_pod_status_unit.py", "tests/executor/test_policies_unit.py"],
     # The kubelet's and the executor's effects need an API server: a few seconds a run.
     **{f"operator/tpujob/local/executor/{name}.py": ["tests/executor/test_podenv_unit.py",
                                                      "tests/executor/test_kubelet.py"]
@@ -204,6 +205,8 @@ MODULES: dict[str, list[str]] = {
 # Survivors judged equivalent (no test can tell them from the original), with why: (module,
 # the source line as written, the mutation) -> reason. The report counts them apart.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("operator/tpujob/local/executor/in_place_restart.py", "@dataclass(frozen=True)",
+     "True -> False"): "nothing assigns to a verdict after it is made",
     ("operator/tpujob/builders/fingerprint.py",
      'return json.dumps(build_fingerprint(spec), sort_keys=True, separators=(",", ":"))',
      "True -> False"): "build_fingerprint already returns its keys sorted",

@@ -12,9 +12,20 @@ import pytest
 from tpujob.local.executor.in_place_restart import (
     InPlaceVerdict,
     decide_in_place_restart,
+    is_in_place_restart,
     max_container_restarts,
 )
-from tpujob.local.executor.pod_status import ContainerRun, PodRun, pod_outcome, should_restart
+from tpujob.local.executor.pod_status import (
+    ContainerRun,
+    PodRun,
+    build_lost_status,
+    build_pod_status,
+    exit_code_of,
+    has_started,
+    pod_outcome,
+    qos_class,
+    should_restart,
+)
 
 pytestmark = pytest.mark.unit
 RETRY_42 = {"restartPolicy": "Never", "restartPolicyRules": [
@@ -98,6 +109,9 @@ SPEC = {"failurePolicy": {"maxRestarts": 2, "restartStrategy": "InPlaceRestart"}
     ({}, [_pod(0, "3"), _pod(0, "3")], InPlaceVerdict(fail=True)),
     # Restarts that did not count (disruptions) raise the bound on the attempts.
     ({"restarts": 1}, [_pod(0, "3"), _pod(0, "3")], InPlaceVerdict(current_attempt=3)),
+    ({"restarts": 2, "restartsCountTowardsMax": 1}, [_pod(0, "4"), _pod(0, "4")],
+     InPlaceVerdict(fail=True)),
+    ({"previousInPlaceRestartAttempt": 1}, [_pod(0, "2"), _pod(0, "1")], InPlaceVerdict()),
     # A failed pod's attempt is not read (its replacement's is).
     ({}, [_pod(0, "1"), _pod(0, "0", phase="Failed"), _pod(0, "1")],
      InPlaceVerdict(current_attempt=1)),
@@ -111,3 +125,119 @@ def test_max_container_restarts_reads_init_and_regular_containers():
                       "containerStatuses": [{"restartCount": 1}]}}
     assert max_container_restarts([pod, {"status": {}}]) == 5
     assert max_container_restarts([]) == 0
+
+
+def test_in_place_restart_reads_the_jobsets_defaults():
+    # maxRestarts left out is 0; replicas and parallelism left out are 1 each.
+    spec = {"failurePolicy": {"restartStrategy": "InPlaceRestart"},
+            "replicatedJobs": [{"template": {"spec": {}}},
+                               {"replicas": 1, "template": {"spec": {"parallelism": 2}}}]}
+    assert is_in_place_restart(spec)
+    assert decide_in_place_restart(spec, {}, []) == InPlaceVerdict()
+    assert decide_in_place_restart(spec, {}, [_pod(1)]) == InPlaceVerdict(fail=True)
+    three = [_pod(0, "0")] * 3
+    assert decide_in_place_restart(spec, {}, three) == InPlaceVerdict(current_attempt=0)
+    assert decide_in_place_restart(spec, {}, three[:2]) == InPlaceVerdict()
+    one = {"failurePolicy": {"maxRestarts": 1, "restartStrategy": "InPlaceRestart"},
+           "replicatedJobs": [{"template": {"spec": {}}}]}
+    assert decide_in_place_restart(one, {}, [_pod(0, "1")]) == InPlaceVerdict(current_attempt=1)
+    assert not is_in_place_restart({}) and not is_in_place_restart(
+        {"failurePolicy": {"restartStrategy": "Recreate"}})
+    assert max_container_restarts([{"status": {"containerStatuses": [{}]}}]) == 0
+
+
+# -- the status a pod's run reports --------------------------------------------------------------
+
+class _Proc:
+    """A live process as the status sees one: a pid."""
+
+    pid = 4242
+
+
+def _running(**spec) -> ContainerRun:
+    c = ContainerRun(spec={"name": "c", "image": "img:1", **spec}, dir=Path("/x"))
+    c.proc, c.started_at, c.waiting = _Proc(), 1_800_000_000.0, None
+    return c
+
+
+def _conditions(status: dict) -> dict[str, tuple[str, str | None]]:
+    return {c["type"]: (c["status"], c.get("reason")) for c in status["conditions"]}
+
+
+def test_a_running_pod_reports_ready_with_a_running_container():
+    c = _running()
+    run = _run("Never", c)
+    status = build_pod_status(run, 1_800_000_005.0)
+    assert status["phase"] == "Running"
+    assert _conditions(status) == {
+        "PodReadyToStartContainers": ("True", None), "Initialized": ("True", None),
+        "Ready": ("True", None), "ContainersReady": ("True", None),
+        "PodScheduled": ("True", None)}
+    [cs] = status["containerStatuses"]
+    assert cs["state"] == {"running": {"startedAt": "2027-01-15T08:00:00Z"}}
+    assert (cs["ready"], cs["started"], cs["restartCount"], cs["lastState"]) == \
+        (True, True, 0, {})
+    assert cs["containerID"] == "local://4242" and cs["image"] == "img:1"
+    assert status["podIP"] == status["hostIP"] == "127.0.0.1"
+    assert status["startTime"] == "1970-01-01T00:00:00Z" and status["qosClass"] == "BestEffort"
+
+
+def test_a_container_restarted_in_place_reports_its_count_and_last_exit():
+    c = _running(**RETRY_42)
+    c.restart_count, c.last_terminated = 1, {"exitCode": 42, "reason": "Error"}
+    status = build_pod_status(_run("Never", c), 1_800_000_005.0)
+    [cs] = status["containerStatuses"]
+    assert cs["restartCount"] == 1 and cs["lastState"] == {"terminated": c.last_terminated}
+    # Waiting to start again: not ready, the pod still Running.
+    c.proc, c.terminated, c.waiting = None, None, ("CrashLoopBackOff", "back-off 0.1s")
+    c.started_at = 1.0
+    status = build_pod_status(_run("Never", c), 1_800_000_005.0)
+    [cs] = status["containerStatuses"]
+    assert cs["state"] == {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 0.1s"}}
+    assert not cs["ready"] and status["phase"] == "Running"
+    assert _conditions(status)["Ready"] == ("False", "ContainersNotReady")
+
+
+def test_a_finished_pod_reports_its_phase_and_keeps_conditions_others_added():
+    run = _run("Never", _stopped(0), _stopped(3))
+    run.pod["status"] = {"conditions": [{"type": "DisruptionTarget", "status": "True"}],
+                         "startTime": "2027-01-01T00:00:00Z"}
+    status = build_pod_status(run, 1_800_000_005.0)
+    assert status["phase"] == "Failed"
+    assert _conditions(status)["Ready"] == ("False", "PodCompleted")
+    assert _conditions(status)["PodReadyToStartContainers"] == ("False", None)
+    assert _conditions(status)["DisruptionTarget"] == ("True", None)
+    assert status["startTime"] == "2027-01-01T00:00:00Z"
+    assert [cs["state"]["terminated"]["exitCode"] for cs in status["containerStatuses"]] == [0, 3]
+
+
+def test_a_pod_whose_processes_are_lost_is_failed_as_the_kubelet_fails_it():
+    pod = {"spec": {"containers": [{"name": "a", "image": "i"}]},
+           "status": {"phase": "Running", "startTime": "2027-01-01T00:00:00Z"}}
+    assert has_started(pod) and not has_started({"status": {"phase": "Pending"}})
+    status = build_lost_status(pod, 1_800_000_000.0)
+    [cs] = status["containerStatuses"]
+    assert status["phase"] == "Failed" and cs["state"]["terminated"]["exitCode"] == 137
+    assert cs["state"]["terminated"]["reason"] == "ContainerStatusUnknown"
+    assert _conditions(status)["Ready"] == ("False", "PodCompleted")
+    never = build_lost_status({"spec": pod["spec"]}, 1_800_000_000.0, started=False)
+    assert never["startTime"] == "2027-01-15T08:00:00Z"
+
+
+@pytest.mark.parametrize("resources, qos", [
+    ([{}], "BestEffort"),
+    ([{"requests": {"cpu": "1"}}], "Burstable"),
+    ([{"limits": {"cpu": "1", "memory": "1Gi"}}], "Guaranteed"),
+    ([{"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}],
+     "Guaranteed"),
+    ([{"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}],
+     "Burstable"),
+    ([{"limits": {"cpu": "1", "memory": "1Gi"}}, {}], "Burstable"),
+])
+def test_qos_class(resources, qos):
+    assert qos_class({"spec": {"containers": [{"resources": r} for r in resources]}}) == qos
+
+
+@pytest.mark.parametrize("returncode, code", [(0, 0), (3, 3), (-9, 137), (-15, 143)])
+def test_exit_code_of(returncode, code):
+    assert exit_code_of(returncode) == code

@@ -76,6 +76,6 @@ def decide_in_place_restart(spec: dict[str, Any], status: dict[str, Any],
         return InPlaceVerdict()
     previous = max(attempts) - 1
     old = status.get("previousInPlaceRestartAttempt")
-    if old is not None and previous < int(old):
+    if old is not None and previous <= int(old):  # not lower, and unchanged: nothing to write
         return InPlaceVerdict()
     return InPlaceVerdict(previous_attempt=previous)
