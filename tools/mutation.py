@@ -146,7 +146,10 @@ MODULES: dict[str, list[str]] = {
        for name in ("failure_policy", "jobset_children", "jobset_status", "jobset_controller")},
     "operator/tpujob/local/executor/container_env.py": ["tests/executor/test_podenv_unit.py"],
     "operator/tpujob/local/executor/keys.py": ["tests/executor/test_policies_unit.py"],
-    "operator/tpujob/local/executor/pod_status.py": ["tests/executor/test_pod_status_unit.py"],
+    # The fast table first; the kubelet's own fields (next start, termination-log path, gone)
+    # are read only by the kubelet, which needs an API server.
+    "operator/tpujob/local/executor/pod_status.py": ["tests/executor/test_pod_status_unit.py",
+                                                     "tests/executor/test_kubelet.py"],
     "operator/tpujob/local/executor/in_place_restart.py": [
         "tests/executor/test_pod_status_unit.py", "tests/executor/test_policies_unit.py"],
     # The kubelet's and the executor's effects need an API server: a few seconds a run.

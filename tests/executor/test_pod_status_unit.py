@@ -241,3 +241,64 @@ def test_qos_class(resources, qos):
 @pytest.mark.parametrize("returncode, code", [(0, 0), (3, 3), (-9, 137), (-15, 143)])
 def test_exit_code_of(returncode, code):
     assert exit_code_of(returncode) == code
+
+
+def _with_init(policy: str, init: ContainerRun, *containers: ContainerRun) -> PodRun:
+    run = _run(policy, *containers)
+    run.init_containers = [init]
+    return run
+
+
+@pytest.mark.parametrize("policy, init_code, outcome, initialized", [
+    ("Never", 1, "Failed", "False"),      # a failed init container fails a pod that never restarts
+    ("OnFailure", 1, None, "False"),      # ... and is run again otherwise
+    ("Never", 0, None, "True"),           # done: the containers' turn
+])
+def test_init_containers_gate_the_pod(policy, init_code, outcome, initialized):
+    run = _with_init(policy, _stopped(init_code, init=True), ContainerRun(
+        spec={"name": "c"}, dir=Path("/x")))
+    assert pod_outcome(run) == outcome
+    status = build_pod_status(run, 1_800_000_000.0)
+    assert _conditions(status)["Initialized"][0] == initialized
+    assert status["phase"] == (outcome or "Pending")
+    assert status["initContainerStatuses"][0]["state"]["terminated"]["exitCode"] == init_code
+
+
+@pytest.mark.parametrize("codes, phase", [((0, 0), "Succeeded"), ((0, 143), "Failed")])
+def test_a_stopped_pod_ends_by_its_containers_exits(codes, phase):
+    # Stopping (deleted): whatever the policy, nothing starts again.
+    run = _run("Always", *(_stopped(code) for code in codes))
+    run.stop_deadline = 1.0
+    assert pod_outcome(run) == phase
+
+
+def test_a_pod_with_a_running_container_has_started():
+    assert has_started({"status": {"phase": "Pending", "containerStatuses": [
+        {"state": {"waiting": {}}}, {"state": {"running": {}}}]}})
+    assert not has_started({"status": {"phase": "Pending", "containerStatuses": [
+        {"state": {"waiting": {}}}]}})
+
+
+def test_a_lost_pod_keeps_conditions_others_added_and_reports_unstarted_containers():
+    pod = {"spec": {"containers": [{"name": "a"}]},
+           "status": {"phase": "Running", "conditions": [
+               {"type": "DisruptionTarget", "status": "True"},
+               {"type": "Ready", "status": "True"}]}}
+    status = build_lost_status(pod, 1_800_000_000.0)
+    assert _conditions(status)["DisruptionTarget"] == ("True", None)
+    assert _conditions(status)["Ready"] == ("False", "PodCompleted")
+    assert [c["type"] for c in status["conditions"]].count("Ready") == 1
+    [cs] = status["containerStatuses"]
+    assert (cs["ready"], cs["started"], cs["restartCount"], cs["image"]) == (False, False, 0, "")
+    assert "startTime" not in status  # it had started: its start time is the server's
+
+
+def test_a_condition_keeps_its_transition_time_until_its_status_changes():
+    run = _run("Never", _running())
+    run.pod["status"] = {"conditions": [
+        {"type": "Ready", "status": "True", "lastTransitionTime": "2027-01-01T00:00:00Z"},
+        {"type": "Initialized", "status": "False", "lastTransitionTime": "2027-01-01T00:00:00Z"}]}
+    stamps = {c["type"]: c["lastTransitionTime"]
+              for c in build_pod_status(run, 1_800_000_000.0)["conditions"]}
+    assert stamps["Ready"] == "2027-01-01T00:00:00Z"          # still True
+    assert stamps["Initialized"] == "2027-01-15T08:00:00Z"    # False -> True now
