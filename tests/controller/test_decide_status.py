@@ -200,7 +200,7 @@ UNREADABLE = {"env": [{"name": "A", "value": "1"}, {"name": "A", "value": "2"}]}
 
 @pytest.mark.parametrize("prev, jobset, phase", [
     (status(Phase.RUNNING), js(ready_jobs=1), Phase.RUNNING),
-    (status(Phase.RUNNING), js(ready_jobs=0), Phase.RESTARTING),
+    (status(Phase.RUNNING), js(ready_jobs=0), Phase.RUNNING),
     (status(Phase.SUSPENDED), js(suspended=True), Phase.SUSPENDED),
     (status(Phase.QUEUED), js(suspended=True, queue_name="q"), Phase.QUEUED),
 ])
@@ -250,13 +250,15 @@ def _attempt(name: str, step: int, steps: int, productive: float, resumed: int |
 
 
 @pytest.mark.parametrize("prev_phase, restarts, phase", [
-    (Phase.RUNNING, 0, Phase.RESTARTING),      # a host lost: before the JobSet counts it
+    # A host lost: the JobSet has not acted yet (restart, or fail on a fatal exit): no
+    # Starting with 0 restarts, no Restarting before a failure.
+    (Phase.RUNNING, 0, Phase.RUNNING),
     (Phase.RESTARTING, 0, Phase.RESTARTING),
-    (Phase.RUNNING, 1, Phase.RESTARTING),
+    (Phase.RUNNING, 1, Phase.RESTARTING),      # the JobSet restarted it
     (Phase.STARTING, 0, Phase.STARTING),       # the first start is still a start
     (Phase.PENDING, 0, Phase.STARTING),
 ])
-def test_a_host_lost_while_running_reads_as_restarting_at_once(prev_phase, restarts, phase):
+def test_a_host_lost_while_running_never_reads_as_starting(prev_phase, restarts, phase):
     d = decide(status(prev_phase), obs(js(ready_jobs=0, restarts=restarts)))
     assert d.status.phase == phase
 

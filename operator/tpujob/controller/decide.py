@@ -360,10 +360,11 @@ def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
         b.actions.append(Action.RESUME)
         return b.finish(Phase.RESTARTING if b.status.restarts else Phase.STARTING, "resuming")
     if not js.all_ready:
-        # A host lost while the job ran is a restart from the moment it is seen, before the
-        # JobSet counts it.
-        phase = (Phase.RESTARTING if b.status.restarts
-                 or prev.phase in (Phase.RUNNING, Phase.RESTARTING) else Phase.STARTING)
+        # A host lost while the job runs: the JobSet has not acted yet (a restart or, for a
+        # fatal exit, a failure), so the job stays in its phase until it does; never Starting.
+        phase = (Phase.RESTARTING if b.status.restarts else
+                 prev.phase if prev.phase in (Phase.RUNNING, Phase.RESTARTING)
+                 else Phase.STARTING)
         return b.finish(phase, f"{js.ready_jobs} of {js.jobs} slices have every host running")
     if b.status.restarts > prev.restarts:
         # Seen only once every host already runs again: Restarting for this write at least.
