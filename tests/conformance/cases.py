@@ -149,6 +149,17 @@ def watch_initial_events(s: Session) -> None:
                   "allowWatchBookmarks": "true", "labelSelector": "case=watch-initial"}, 3)
 
 
+@case("kubectl get NAME -w: the Table it gets, a status write, then its watch (resourceVersion "
+      "0, the name's field selector, as Table): one ADDED row, already with the new status")
+def watch_named_from_zero(s: Session) -> None:
+    s.send("POST", JOBS, tpujob("watch-named"), record=False)
+    s.send("GET", f"{JOBS}/watch-named", accept=TABLE)
+    s.send("PATCH", f"{JOBS}/watch-named/status", {"status": {"phase": "Running"}},
+           patch="merge", record=False)
+    s.watch(JOBS, {"resourceVersion": "0", "fieldSelector": "metadata.name=watch-named"}, 1,
+            accept=TABLE)
+
+
 @case("watch from a resourceVersion that is not a number (400)")
 def watch_bad_version(s: Session) -> None:
     s.watch(CMS, {"resourceVersion": "abc"}, 1)
