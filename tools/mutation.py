@@ -44,12 +44,14 @@ PLAN_TESTS = ["tests/plan/test_slice_plan.py", "tests/plan/test_catalog.py",
 BUILDER_TESTS = ["tests/builders/test_builder_pins.py", "tests/builders/test_jobset.py",
                  "tests/builders/test_fingerprint.py", "tests/builders/test_validation.py",
                  "tests/builders/test_wiring.py", "tests/builders/test_restart_strategy.py",
-                 "tests/builders/test_local_checkpoints.py", "tests/builders/test_invocation.py"]
+                 "tests/builders/test_local_checkpoints.py", "tests/builders/test_invocation.py",
+                 "tests/builders/test_scheduling.py"]
 VALIDATION_TESTS = ["tests/builders/test_validation_pins.py", "tests/builders/test_validation.py",
                     "tests/builders/test_foreign_preflight.py",
                     "tests/builders/test_config_error_field_unit.py",
                     "tests/controller/test_admission.py", "tests/hostile/test_hostile_jobs.py",
-                    "tests/builders/test_job_file_fields.py", "tests/builders/test_invocation.py"]
+                    "tests/builders/test_job_file_fields.py", "tests/builders/test_invocation.py",
+                    "tests/builders/test_scheduling.py"]
 CONFIG_TESTS = ["tests/trainer/test_config_fields.py", "tests/trainer/test_config.py",
                 "tests/builders/test_job_file_fields.py"]
 API_TESTS = ["tests/api/test_spec_models.py", "tests/api/test_status_models.py",
@@ -73,6 +75,8 @@ MODULES: dict[str, list[str]] = {
     "operator/tpujob/builders/trainer_config.py": BUILDER_TESTS,
     "operator/tpujob/builders/invocation.py": BUILDER_TESTS,
     "operator/tpujob/builders/wiring.py": BUILDER_TESTS + ["tests/executor/test_podenv_unit.py"],
+    "operator/tpujob/builders/scheduling.py": ["tests/builders/test_scheduling.py"],
+    "operator/tpujob/api/scheduling.py": ["tests/builders/test_scheduling.py"] + API_TESTS,
     "operator/tpujob/validation.py": VALIDATION_TESTS,
     "operator/tpujob/api/base.py": API_TESTS,
     "operator/tpujob/api/resource.py": API_TESTS,

@@ -4,9 +4,11 @@ and what would be valid), so the operator, the admission webhook and `tpujob ren
 
 Order: the object's own schema (apiVersion, kind, metadata, spec: `validate_fields`, which
 readers of job files run alone before creating anything), no literal value for an env
-variable whose name says it holds a credential, the job's name (a DNS label), then the slice (and whether the name leaves room for its pods' host names), the mesh against
-the slice's topology, the trainer config (the trainer's own schema, with the job's settings laid
-over it), and the model's memory against the slice's HBM.
+variable whose name says it holds a credential, the job's name (a DNS label), then the slice
+(and whether the name leaves room for its pods' host names), whether the Kueue topology levels
+asked for can hold the slice, the mesh against the slice's topology, the trainer config (the
+trainer's own schema, with the job's settings laid over it), and the model's memory against the
+slice's HBM.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from tpujob.api.patterns import DNS_LABEL_PATTERN
 from tpujob.api.resource import InvalidJobError, TpuTrainingJob, load_job
 from tpujob.builders.invocation import build_invocation
 from tpujob.builders.names import host_fqdn
+from tpujob.builders.scheduling import topology_problem
 from tpujob.maxtext_args import CHECKED_AXES, read_maxtext_settings
 from tpujob_plan.errors import PlanError
 from tpujob_plan.memory import REMAT_POLICIES
@@ -108,6 +111,9 @@ def validate_job(obj: dict[str, Any]) -> Verdict:
             f"be at most {MAX_HOSTNAME} characters; use a name of at most "
             f"{MAX_HOSTNAME - len(longest.split('.', 1)[0]) + len(job.metadata.get('name', ''))}"
             f" characters", job=job, plan=plan)
+    placement = topology_problem(spec.scheduling.topology, plan)
+    if placement:
+        return Verdict.refuse("InvalidTopology", placement[0], placement[1], job=job, plan=plan)
     mesh = plan_mesh(spec.parallelism.ici_sizes or None, spec.parallelism.dcn_sizes or None,
                      devices_per_slice=plan.slice_type.devices, num_slices=plan.slices,
                      physical_dims=plan.physical_mesh, field="spec.parallelism")

@@ -15,13 +15,12 @@ from tpujob.api.base import ApiModel, Quantity
 from tpujob.api.env_vars import WANDB_KEY_ENV, EnvVar
 from tpujob.api.parallelism import Parallelism
 from tpujob.api.patterns import (
-    DNS_LABEL_PATTERN,
-    DNS_SUBDOMAIN_PATTERN,
     MACHINE_TYPE_PATTERN,
     OutputLocation,
     SliceName,
 )
 from tpujob.api.recovery import LocalCheckpoints, RestartPolicy, RestartStrategy
+from tpujob.api.scheduling import Scheduling
 from tpujob.api.schema import cel_extra, cel_rule
 from tpujob.api.trainer_spec import DataSpec, TrainerSpec, WandbSpec
 
@@ -47,18 +46,6 @@ class Resources(ApiModel):
         if TPU_RESOURCE in value:
             raise ValueError(f"{TPU_RESOURCE} is derived from spec.slice and must not be set")
         return value
-
-
-class Scheduling(ApiModel):
-    """Queueing and priority."""
-
-    queue_name: str | None = Field(
-        None, min_length=1, max_length=63, pattern=DNS_LABEL_PATTERN,
-        description="Kueue LocalQueue to submit to; the JobSet is created suspended and Kueue "
-                    "admits it when quota allows.")
-    priority_class_name: str | None = Field(
-        None, min_length=1, max_length=253, pattern=DNS_SUBDOMAIN_PATTERN,
-        description="PriorityClass of the pods.")
 
 
 _RESTART_JOB_ONE_SLICE = ("spec.restartPolicy.strategy RestartJob restarts only the failed "
@@ -140,7 +127,8 @@ class TpuTrainingJobSpec(ApiModel):
     resources: Resources = Field(default_factory=Resources,
                                  description="Extra resources for each trainer container.")
     scheduling: Scheduling = Field(default_factory=Scheduling,
-                                   description="Kueue queue and priority class.")
+                                   description="Kueue queue and priorities, GKE capacity and "
+                                               "topology-aware placement.")
     restart_policy: RestartPolicy = Field(default_factory=RestartPolicy,
                                           description="Restarts after retryable failures.")
     local_checkpoints: LocalCheckpoints | None = Field(

@@ -11,6 +11,12 @@ from tpujob.api.spec import TpuTrainingJobSpec
 from tpujob.builders import names
 from tpujob.builders.fingerprint import FINGERPRINT_ANNOTATION, encode_fingerprint
 from tpujob.builders.invocation import TrainerInvocation, build_invocation, config_map_name
+from tpujob.builders.scheduling import (
+    build_capacity_placement,
+    build_jobset_annotations,
+    build_jobset_labels,
+    build_topology_annotations,
+)
 from tpujob.builders.trainer_config import build_config_map
 from tpujob.builders.wiring import build_process_env, merge_env
 from tpujob_plan.slice_plan import TPU_RESOURCE, SlicePlan
@@ -138,17 +144,22 @@ def build_pod_spec(job_name: str, spec: TpuTrainingJobSpec, plan: SlicePlan,
                    jobset_name: str, namespace: str = "default") -> dict[str, Any]:
     containers = names.container_names(plan.containers_per_host)
     invocation = build_invocation(spec, namespace, job_name)
+    capacity = build_capacity_placement(spec.scheduling.capacity)
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
         "hostNetwork": True,
         "dnsPolicy": "ClusterFirstWithHostNet",
-        "nodeSelector": plan.node_selector,
-        "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"}],
+        "nodeSelector": {**plan.node_selector, **capacity.node_selector},
+        "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
+                        *capacity.tolerations],
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "containers": [_container(spec, plan, invocation, jobset_name, name, i)
                        for i, name in enumerate(containers)],
         "volumes": [dict(v) for v in invocation.volumes],
     }
+    if capacity.node_affinity:
+        pod["affinity"] = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [{"matchExpressions": capacity.node_affinity}]}}}
     if spec.scheduling.priority_class_name:
         pod["priorityClassName"] = spec.scheduling.priority_class_name
     return pod
@@ -160,10 +171,12 @@ def build_jobset(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: SlicePlan
     meta = job["metadata"]
     name = meta["name"]
     child = build_child_metadata(job)
-    labels = dict(child["labels"])
-    if spec.scheduling.queue_name:
-        labels[names.KUEUE_QUEUE_LABEL] = spec.scheduling.queue_name
+    labels = {**child["labels"], **build_jobset_labels(spec.scheduling)}
     containers = names.container_names(plan.containers_per_host)
+    pod_metadata: dict[str, Any] = {"labels": dict(child["labels"])}
+    topology = build_topology_annotations(spec.scheduling.topology, plan.hosts)
+    if topology:
+        pod_metadata["annotations"] = topology
     job_template = {
         "metadata": {"labels": dict(child["labels"])},
         "spec": {
@@ -175,7 +188,7 @@ def build_jobset(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: SlicePlan
             **({"backoffLimit": IN_PLACE_BACKOFF_LIMIT, "podReplacementPolicy": "Failed"}
                if spec.restart_policy.strategy == RestartStrategy.IN_PLACE_RESTART else {}),
             "template": {
-                "metadata": {"labels": dict(child["labels"])},
+                "metadata": pod_metadata,
                 "spec": build_pod_spec(name, spec, plan, name, meta["namespace"]),
             },
         },
@@ -186,7 +199,8 @@ def build_jobset(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: SlicePlan
         "metadata": {
             "name": name, "namespace": meta["namespace"], "labels": labels,
             "annotations": {names.EXCLUSIVE_TOPOLOGY: names.NODEPOOL_LABEL,
-                            FINGERPRINT_ANNOTATION: encode_fingerprint(spec)},
+                            FINGERPRINT_ANNOTATION: encode_fingerprint(spec),
+                            **build_jobset_annotations(spec.scheduling)},
             "ownerReferences": child["ownerReferences"],
         },
         "spec": {

@@ -18,6 +18,23 @@ JOB_COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"
 KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
+# Kueue v0.17.0: pkg/controller/constants/constants.go (WorkloadPriorityClassLabel,
+# ProvReqAnnotationPrefix) and apis/kueue/v1beta2/topology_types.go (the TAS annotations).
+KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+KUEUE_PROVREQ_PREFIX = "provreq.kueue.x-k8s.io/"
+TAS_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
+TAS_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"
+TAS_SLICE_REQUIRED = "kueue.x-k8s.io/podset-slice-required-topology"
+TAS_SLICE_SIZE = "kueue.x-k8s.io/podset-slice-size"
+# GKE node labels for the kind of capacity a node runs on (see docs/queueing.md for sources).
+GKE_SPOT_LABEL = "cloud.google.com/gke-spot"
+GKE_FLEX_START_LABEL = "cloud.google.com/gke-flex-start"
+GKE_QUEUED_LABEL = "cloud.google.com/gke-queued"
+GKE_RESERVATION_NAME = "cloud.google.com/reservation-name"
+GKE_RESERVATION_AFFINITY = "cloud.google.com/reservation-affinity"
+GKE_RESERVATION_PROJECT = "cloud.google.com/reservation-project"
+GKE_RESERVATION_BLOCKS = "cloud.google.com/reservation-blocks"
+GKE_RESERVATION_SUBBLOCKS = "cloud.google.com/reservation-subblocks"
 CONFIG_MOUNT = "/etc/tpujob"
 CONFIG_FILE = "trainer.yaml"
 LOCAL_CHECKPOINT_MOUNT = "/tpujob/local-checkpoints"  # spec.localCheckpoints, in every container
