@@ -4,6 +4,7 @@ sharing between jobs, racing creators, and the cases it must refuse."""
 from __future__ import annotations
 
 import threading
+import time
 
 import pytest
 
@@ -74,13 +75,26 @@ def test_nothing_is_sent_when_switched_off_or_not_needed(compute, client):
     assert compute.requests == []
 
 
+# How long held GETs wait for every caller: only a guard against a broken test hanging.
+HOLD_S = 120.0
+
+
+def _patient_client(compute):
+    """A client whose GETs outwait `hold_gets`: the hold, not the client's read timeout,
+    decides when a held GET is answered."""
+    return make_client(compute, timeout_s=HOLD_S + 10.0)
+
+
 @pytest.mark.parametrize("shared_client", [True, False], ids=["one-client", "two-replicas"])
 def test_concurrent_ensures_create_once(compute, shared_client):
     # Both callers read "missing" before either inserts; one insert wins, the other gets 409
-    # and adopts the winner's policy after reading it.
-    compute.hold_gets(2)
-    clients = [make_client(compute)] * 2 if shared_client else [make_client(compute),
-                                                                  make_client(compute)]
+    # and adopts the winner's policy after reading it. The second caller's arrival is what ends
+    # the hold, however late a busy machine starts its thread: a client that gave up on its
+    # held GET first would send the GET again, and that retry would pass the hold as the
+    # second caller. So the clients wait on a GET for longer than the hold can last.
+    compute.hold_gets(2, timeout_s=HOLD_S)
+    clients = ([_patient_client(compute)] * 2 if shared_client
+               else [_patient_client(compute), _patient_client(compute)])
     results, errors = [None, None], []
 
     def run(i):
@@ -99,6 +113,30 @@ def test_concurrent_ensures_create_once(compute, shared_client):
                                                           EnsureOutcome.ADOPTED])
     assert len(compute.policies()) == 1
     assert compute.count("insert") == 2 and compute.count("insert", status=409) == 1
+
+
+def test_a_held_get_answers_what_it_read_before_the_hold(compute):
+    # The hold lets the answers go together, but each GET has read the state on arrival: a
+    # policy made while the first GET was held is not in that GET's answer, so a caller let go
+    # first cannot create the policy under the feet of one let go with it.
+    compute.hold_gets(2, timeout_s=HOLD_S)
+    client = _patient_client(compute)
+    first = []
+    held = threading.Thread(
+        target=lambda: first.append(client.get_resource_policy(PROJECT, REGION, NAME)))
+    held.start()
+    deadline = time.monotonic() + HOLD_S
+    while compute.held_gets() < 1:
+        assert time.monotonic() < deadline, "the first GET never reached the hold"
+        time.sleep(0.01)
+    compute.add_policy(PROJECT, REGION, {
+        "name": NAME, "workloadPolicy": {"type": "HIGH_THROUGHPUT",
+                                         "acceleratorTopology": TOPOLOGY}})
+    second = client.get_resource_policy(PROJECT, REGION, NAME)   # completes the hold
+    held.join()
+    assert first == [None]
+    assert second is not None and second["name"] == NAME
+    assert compute.count("get", status=404) == 1 and compute.count("get", status=200) == 1
 
 
 def test_existing_policy_from_a_node_pool_is_used_as_is(compute, client):

@@ -206,13 +206,23 @@ class ComputeStandIn:
             self._faults.token = token
 
     def hold_gets(self, n: int, *, timeout_s: float = 120.0) -> None:
-        """Hold the next `n` policy GETs until all `n` have arrived, so that `n` concurrent
-        callers all see the policy missing before any of them creates it. `timeout_s` only
-        keeps a broken test from hanging: the callers' arrival is the signal, and a busy machine
-        can take seconds to start a thread (5 s was once too short at load 7 on 2 cores)."""
+        """Hold the answers to the next `n` policy GETs until all `n` have read the state, so
+        that `n` concurrent callers all see the policy missing before any of them creates it
+        (each GET reads, then waits for the others). `timeout_s` only keeps a broken test from
+        hanging: the callers' arrival is the signal, and a busy machine can take seconds to
+        start a thread (5 s was once too short at load 7 on 2 cores).
+        Every GET that arrives counts, retries too: a caller whose client gives up on its held
+        GET (a read timeout shorter than the others' lateness) and sends it again lets itself
+        through as two callers. Give the callers a read timeout longer than `timeout_s`."""
         with self._lock:
             self._faults.gets_to_hold = n
             self._faults.get_barrier = threading.Barrier(n, timeout=timeout_s)
+
+    def held_gets(self) -> int:
+        """How many policy GETs `hold_gets` is holding now (read, waiting for the others)."""
+        with self._lock:
+            barrier = self._faults.get_barrier
+        return barrier.n_waiting if barrier is not None else 0
 
     def reset_faults(self) -> None:
         with self._lock:
@@ -236,11 +246,13 @@ class ComputeStandIn:
         with self._lock:
             stall = self._faults.stall_next.pop(0) if self._faults.stall_next else 0.0
         try:
-            self._maybe_hold(kind)
             status, payload = self._dispatch(method, path, kind, params, query, headers, body)
             extra: dict[str, str] = {}
         except ComputeApiError as e:
             status, payload, extra = e.status, error_body(e), e.headers
+        # Held after the state is read, not before: once the hold lets a caller's answer go, it
+        # may create the policy at once, and a GET let go with it but not yet read would see it.
+        self._maybe_hold(kind)
         with self._lock:
             self._requests.append(RecordedRequest(method, path, kind, status, authorized))
         if stall:
