@@ -247,6 +247,13 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("trainer/tpujob_plan/memory.py",
      'compute_bytes: int = 2, optimizer: str = "adamw", grad_accum: int = 1,', "1 -> 0"):
         "grad_accum is only read through max(grad_accum, 1) and grad_accum > 1",
+    ("trainer/tpujob_plan/memory.py", "if beyond > 0:", "> -> >="):
+        "at exactly 0 the gradients term adds 0 bytes: the same sum and verdict",
+    ("trainer/tpujob_plan/memory.py", "if beyond > 0:", "0 -> 1"):
+        "a gradients term of less than one byte left out: the same verdict to the byte",
+    ("trainer/tpujob_plan/memory.py", "grad_accum: int = 1", "1 -> 0"):
+        "the request's grad_accum reaches the estimate, which reads it only through "
+        "max(grad_accum, 1) and grad_accum > 1",
     ("trainer/tpujob_plan/memory.py",
      "shape.dense_mlp_params if shape.n_dense_layers else 0,", "0 -> 1"):
         "only the max with the MoE layer's parameters is taken, which are far above 1",

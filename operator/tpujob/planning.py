@@ -189,7 +189,8 @@ def plan_one(slice_name: str, request: PlanRequest) -> SliceResult:
 
 
 def _estimate(plan: SlicePlan, axes: dict[str, int], model: ModelRequest) -> MemoryEstimate:
-    return model.memory_request(plan.devices).estimate(axes, plan.hbm_bytes_per_device)
+    return model.memory_request(plan.devices).estimate(axes, plan.hbm_bytes_per_device,
+                                                       plan.generation.prefix)
 
 
 def plan_many(slice_names: list[str], request: PlanRequest) -> list[SliceResult]:

@@ -210,7 +210,8 @@ def _validate_trainer(job: TpuTrainingJob, plan: SlicePlan, mesh: MeshPlan) -> V
     if batch_error:
         return Verdict.refuse("InvalidBatch", "spec.trainer.config.train.global_batch",
                               batch_error, job=job, plan=plan, mesh=mesh)
-    estimate = config.memory_request().estimate(mesh.axes, plan.hbm_bytes_per_device)
+    estimate = config.memory_request().estimate(mesh.axes, plan.hbm_bytes_per_device,
+                                                plan.generation.prefix)
     remat = estimate.remat
     if not estimate.fits:
         parts = sorted(estimate.breakdown.items(), key=lambda kv: -kv[1])[:3]

@@ -160,7 +160,7 @@ def test_the_memory_check_counts_the_bytes_of_the_configured_dtypes(
     expected = estimate_memory(
         cfg.model.to_shape(), global_batch=8, seq_len=8192, mesh=verdict.mesh.axes,
         remat="none", param_bytes=param_bytes, compute_bytes=compute_bytes,
-        hbm_bytes=plan_slice("v6e-4").hbm_bytes_per_device)
+        hbm_bytes=plan_slice("v6e-4").hbm_bytes_per_device, generation="v6e")
     assert needs == pytest.approx(expected.per_device_bytes / 2**30, abs=0.05)
 
 

@@ -48,7 +48,8 @@ def test_moe_flops_count_only_active_experts():
 
 
 def _llama8b(remat="full", **kw):
-    args = dict(global_batch=16, seq_len=8192, mesh={"fsdp": 16}, remat=remat, hbm_bytes=32e9)
+    args = dict(global_batch=16, seq_len=8192, mesh={"fsdp": 16}, remat=remat, hbm_bytes=32e9,
+                generation="v6e")
     args.update(kw)
     return estimate_memory(PRESETS["llama3-8b"], **args)
 
@@ -56,9 +57,11 @@ def _llama8b(remat="full", **kw):
 def test_model_state_is_sharded_over_every_axis_but_data():
     one = _llama8b(mesh={"fsdp": 16})
     replicated = _llama8b(mesh={"data": 16}, global_batch=16)
-    # AdamW: params + grads (fp32) + 2 moments = 16 bytes per parameter.
-    state = sum(one.breakdown[k] for k in ("params", "gradients", "optimizer"))
-    assert state == pytest.approx(16 * PRESETS["llama3-8b"].total_params / 16)
+    # AdamW: params (fp32) + 2 moments = 12 bytes per parameter; no gradient term (at the peak
+    # the layers' gradients are not yet computed).
+    state = sum(one.breakdown[k] for k in ("params", "optimizer"))
+    assert state == pytest.approx(12 * PRESETS["llama3-8b"].total_params / 16)
+    assert "gradients" not in one.breakdown     # the backward's terms hold more than they do
     assert replicated.breakdown["params"] == pytest.approx(16 * one.breakdown["params"])
 
 
@@ -71,14 +74,18 @@ def test_activations_scale_with_tokens_per_device():
     a = _llama8b(global_batch=16).breakdown["activations"]
     b = _llama8b(global_batch=32).breakdown["activations"]
     assert b == pytest.approx(2 * a)
-    c = _llama8b(mesh={"fsdp": 4, "tensor": 4}).breakdown["activations"]
-    assert c == pytest.approx(a)  # 4x more tokens per device, 4x fewer channels
+    c = _llama8b(mesh={"fsdp": 4, "tensor": 4}, remat="minimal").breakdown["activations"]
+    # 4x more tokens per device; heads and MLP columns split over tensor, d_model replicated.
+    shape = PRESETS["llama3-8b"]
+    q, kv, f, d = 32 * 128, 8 * 128, shape.mlp_dim, shape.d_model
+    per_token = (q / 4 + 2 * kv / 4 + 2 * d + 2 * f / 4) * 2
+    assert c == pytest.approx(32 * 16 * 8192 / 4 * per_token)
 
 
 def test_verdict_and_auto_remat():
     assert _llama8b(remat="full").fits is True
     assert _llama8b(remat="none").fits is False
-    kw = dict(global_batch=16, seq_len=8192, mesh={"fsdp": 16})
+    kw = dict(global_batch=16, seq_len=8192, mesh={"fsdp": 16}, generation="v6e")
     assert choose_remat(PRESETS["llama3-8b"], hbm_bytes=32e9, **kw) == "full"
     assert choose_remat(PRESETS["llama3-8b"], hbm_bytes=48 * GIB, **kw) == "minimal"
     assert choose_remat(PRESETS["llama3-8b"], hbm_bytes=1e12, **kw) == "none"
@@ -91,7 +98,7 @@ def test_big_moe_does_not_fit_a_small_mesh():
     e = estimate_memory(PRESETS["mixtral-8x7b"], global_batch=4, seq_len=8192,
                         mesh={"fsdp": 4}, remat="full", hbm_bytes=96 * GIB)
     assert e.fits is False
-    assert e.per_device_bytes > 170 * GIB
+    assert e.per_device_bytes > 130 * GIB
     assert max(e.breakdown, key=e.breakdown.get) == "optimizer"
 
 
@@ -142,34 +149,101 @@ SMALL = dict(vocab_size=32, d_model=8, n_layers=2, n_heads=2, n_kv_heads=1, head
              mlp_dim=16)
 
 
-@pytest.mark.parametrize("remat, act_per_layer, recompute_per_layer", [
-    # none: 6d + 3q + 3kv + 4 mlp + heads x seq (dot-product scores) = 48+24+12+64+16
-    ("none", 164, 0),
-    # minimal: 3d + 2q + 2kv + 2 mlp = 24+16+8+32; the workspace recomputes one layer's "none"
-    ("minimal", 80, 164),
-    ("full", 8, 164),
+# Per token and layer of SMALL on tensor=2 (q 8 -> 4, kv 4 -> 2, mlp 16 -> 8 per device, d 8
+# replicated), bf16: the saved activations by remat policy, and the workspace unit (the layer's
+# matmul values: 3q + 2kv + 2d + 3 mlp).
+SMALL_UNIT = (3 * 4 + 2 * 2 + 2 * 8 + 3 * 8) * 2                      # 112 bytes
+
+
+@pytest.mark.parametrize("remat, saved_per_layer, workspace", [
+    # none: 3q + 2kv + 2d (bf16) + the norms' float32 input and normalized values (4 d x 4 bytes)
+    # + gate/up and SwiGLU output (3 mlp); 3.1 units beside the logits.
+    ("none", (3 * 4 + 2 * 2 + 2 * 8 + 3 * 8) * 2 + 4 * 8 * 4, 3.1 * 16 * SMALL_UNIT),
+    # minimal: q + 2kv + the two output projections (2d) + the stacked gate/up (2 mlp); 2.6 units.
+    ("minimal", (4 + 2 * 2 + 2 * 8 + 2 * 8) * 2, 2.6 * 16 * SMALL_UNIT),
+    # full: the layer's input; the peak is the larger of the logits' moment and a layer's
+    # backward (4.2 units + one layer's bf16 weights over tensor: (192 + 384) x 2 / 2), here
+    # the layer's: the workspace is what it holds beyond the logits' terms (1024 + 512).
+    ("full", 8 * 2, 4.2 * 16 * SMALL_UNIT + 576 - 1024 - 512),
 ])
-def test_memory_terms_by_hand_for_a_small_dense_shape(remat, act_per_layer, recompute_per_layer):
+def test_memory_terms_by_hand_for_a_small_dense_shape(remat, saved_per_layer, workspace):
     from tpujob_plan.memory import estimate_memory
     from tpujob_plan.model_shape import ModelShape
 
     shape = ModelShape(**SMALL)
     p = shape.total_params
+    layers = p - shape.embedding_params - shape.norm_params
     # fsdp 2 x tensor 2: state in 4 shards; batch over fsdp: 2 shards; 2 micro-batches of 4.
     est = estimate_memory(shape, global_batch=8, seq_len=8, mesh={"fsdp": 2, "tensor": 2},
-                          remat=remat, grad_accum=2, attention="dot_product", hbm_bytes=1e9)
+                          remat=remat, grad_accum=2, hbm_bytes=1e9, generation="v6e")
     tokens = 4 * 8 / 2
-    act_scale = tokens * 2 / 2                       # bf16 activations over tensor=2
-    largest = shape.attention_params + shape.dense_mlp_params
     assert est.tokens_per_device == tokens and est.notes == []
     assert est.breakdown == pytest.approx({
-        "params": p * 4 / 4, "gradients": p * 4 / 4, "optimizer": 2 * 4 * p / 4,
-        "gradientAccumulator": p * 4 / 4,
-        "activations": 2 * act_per_layer * act_scale,
-        "workspace": recompute_per_layer * act_scale + largest * 2 / 2,
-        "logits": tokens * 32 * (2 + 4) / 2,
+        "params": p * 4 / 4, "optimizer": 2 * 4 * p / 4, "gradientAccumulator": p * 4 / 4,
+        "castWeights": layers * 2 / 4,                # layer weights cast to bf16 before the scan
+        "activations": 2 * saved_per_layer * tokens,
+        "logits": 2 * tokens * 32 * 2 / 2,            # logits + their gradient, bf16, vocab / 2
+        "outputLayer": 2 * 8 * 32 * 2 / 2,            # gathered weights + unreduced gradient
+        "workspace": workspace,                       # no gradients: p bytes < the backward's
     })
     assert est.per_device_bytes == pytest.approx(sum(est.breakdown.values()))
+
+
+@pytest.mark.parametrize("param_bytes", [4, 2])
+def test_the_optimizer_update_is_the_peak_of_a_large_model_on_few_tokens(param_bytes):
+    # Llama 3 70B over 8 devices, 128 tokens each: the update holds every gradient (param dtype)
+    # beside the state, more than the backward held; the estimate is state + gradients.
+    p = PRESETS["llama3-70b"].total_params
+    est = estimate_memory(PRESETS["llama3-70b"], global_batch=8, seq_len=128, mesh={"fsdp": 8},
+                          remat="full", param_bytes=param_bytes, generation="v6e")
+    backward = sum(v for k, v in est.breakdown.items()
+                   if k not in ("params", "optimizer", "gradients"))
+    assert est.breakdown["gradients"] == pytest.approx(p * param_bytes / 8 - backward)
+    assert est.per_device_bytes == pytest.approx((param_bytes + 8 + param_bytes) * p / 8)
+
+
+def test_remat_full_peaks_at_the_larger_of_the_logits_and_a_layers_backward():
+    from tpujob_plan.memory import estimate_memory
+    from tpujob_plan.model_shape import ModelShape
+
+    def full(vocab):
+        shape = ModelShape(**{**SMALL, "vocab_size": vocab})
+        return shape, estimate_memory(shape, global_batch=8, seq_len=8, mesh={"fsdp": 2, "tensor": 2},
+                                      remat="full", generation="v6e")
+
+    tokens = 8 * 8 / 2
+    # A vocabulary of 2: the layer's backward (4.2 units per token + the layer's weights) is
+    # the peak; the workspace is what it holds beyond the logits' terms.
+    shape, small = full(2)
+    weights = (shape.attention_params + shape.dense_mlp_params) * 2 / 2
+    layer = 4.2 * tokens * SMALL_UNIT + weights
+    logits, output = 2 * tokens * 2 * 2 / 2, 2 * 8 * 2 * 2 / 2
+    assert small.breakdown["workspace"] == pytest.approx(layer - logits - output)
+    assert small.breakdown["logits"] + small.breakdown["outputLayer"] + small.breakdown[
+        "workspace"] == pytest.approx(layer)
+    # A vocabulary of 4096: the logits' moment is the peak, nothing more.
+    _, big = full(4096)
+    assert big.breakdown["workspace"] == 0.0
+    assert big.breakdown["logits"] == pytest.approx(2 * tokens * 4096 * 2 / 2)
+
+
+@pytest.mark.parametrize("generation, allowance", [
+    ("v6e", 1.0), ("v5p", 0.95), ("tpu7x", 1.4),
+    (None, 1.4), ("v5litepod", 1.4),             # not measured: the largest allowance
+])
+def test_the_generation_allowance_scales_the_token_terms_only(generation, allowance):
+    from tpujob_plan.memory import estimate_memory
+    from tpujob_plan.model_shape import ModelShape
+
+    def est(gen):
+        return estimate_memory(ModelShape(**SMALL), global_batch=8, seq_len=8,
+                               mesh={"fsdp": 2, "tensor": 2}, remat="none", generation=gen)
+
+    base, got = est("v6e").breakdown, est(generation).breakdown
+    for term in ("activations", "logits", "workspace"):
+        assert got[term] == pytest.approx(allowance * base[term]), term
+    for term in ("params", "optimizer", "castWeights", "outputLayer"):
+        assert got[term] == base[term], term
 
 
 def test_memory_of_muon_moe_and_the_fit_boundary_by_hand():
@@ -178,33 +252,56 @@ def test_memory_of_muon_moe_and_the_fit_boundary_by_hand():
 
     moe = ModelShape(**SMALL, num_experts=4, experts_per_token=2, num_shared_experts=1,
                      moe_mlp_dim=8, first_dense_layers=1)
-    est = estimate_memory(moe, global_batch=4, seq_len=8, mesh={"expert": 2}, remat="none",
-                          optimizer="muon", attention="flash", capacity_factor=1.5)
+    kw = dict(global_batch=4, seq_len=8, mesh={"expert": 2}, optimizer="muon",
+              capacity_factor=1.5, generation="v6e")
+    est = estimate_memory(moe, remat="none", **kw)
     p, others = moe.total_params, moe.embedding_params + moe.norm_params
     tokens = 4 * 8 / 2                               # batch over expert=2
-    dense_layer = 48 + 24 + 12 + 4 * 16              # flash: no scores term
-    moe_layer = 48 + 24 + 12 + 4 * ((2 * 1.5 + 1) * 8) + 2 * 4
+    q, kv, d = 8, 4, 8
+    attention_norms = (3 * q + 2 * kv + 2 * d) * 2 + 4 * d * 4
+    dense_layer = attention_norms + 3 * 16 * 2
+    # MoE layer: router logits and probabilities (f32), dispatch and combine (k x cf x seq_len
+    # slots each) and the per-choice one-hots in f32 (k = 2 times as many), the routed copies'
+    # input, output and six MLP-wide values (k x cf = 3 copies), the shared expert's gate/up and
+    # SwiGLU output.
+    moe_layer = (attention_norms + 2 * 4 * 4 + 2 * 3 * 8 * 4
+                 + (2 * 3 * 8 + 3 * (2 * d + 6 * 8) + 3 * 8) * 2)
     assert est.breakdown["optimizer"] == pytest.approx((4 * (p - others) + 8 * others) / 2)
-    assert est.breakdown["activations"] == pytest.approx((dense_layer + moe_layer) * tokens * 2)
-    largest = moe.attention_params + max(moe.dense_mlp_params, moe.moe_mlp_params / 2)
-    assert est.breakdown["workspace"] == pytest.approx(largest * 2)  # remat none: no recompute
-    full = estimate_memory(moe, global_batch=4, seq_len=8, mesh={"expert": 2}, remat="full",
-                           optimizer="muon", capacity_factor=1.5)
-    assert full.breakdown["workspace"] == pytest.approx(max(dense_layer, moe_layer) * tokens * 2
-                                                        + largest * 2)
+    assert est.breakdown["activations"] == pytest.approx((dense_layer + moe_layer) * tokens)
+    # The workspace unit is the larger layer's: the MoE layer's, with its routed (k x cf = 3)
+    # and shared copies of the expert MLP (4 x 8 columns) against the dense layer's 16.
+    dense_unit = (3 * q + 2 * kv + 2 * d + 3 * 16) * 2
+    moe_unit = (3 * q + 2 * kv + 2 * d + 3 * (3 + 1) * 8) * 2
+    assert moe_unit > dense_unit
+    assert est.breakdown["workspace"] == pytest.approx(3.1 * tokens * moe_unit)
+    minimal = estimate_memory(moe, remat="minimal", **kw)
+    # minimal: the expert matmuls carry a batch (expert) dimension and are not saved; the
+    # router's logits (f32) are.
+    assert minimal.breakdown["activations"] == pytest.approx(
+        ((q + 2 * kv + 2 * d) * 2 + 2 * 16 * 2 + (q + 2 * kv + 2 * d) * 2 + 4 * 4) * tokens)
     assert "gradientAccumulator" not in est.breakdown
     # Fits up to the usable fraction of HBM (95%), not beyond.
     need = est.per_device_bytes
-    at = estimate_memory(moe, global_batch=4, seq_len=8, mesh={"expert": 2}, remat="none",
-                         optimizer="muon", capacity_factor=1.5,
-                         hbm_bytes=need / USABLE_HBM_FRACTION * 1.000001)
+    at = estimate_memory(moe, remat="none", hbm_bytes=need / USABLE_HBM_FRACTION * 1.000001, **kw)
     assert at.fits is True and at.usable_bytes == pytest.approx(need)
-    below = estimate_memory(moe, global_batch=4, seq_len=8, mesh={"expert": 2}, remat="none",
-                            optimizer="muon", capacity_factor=1.5,
-                            hbm_bytes=need / USABLE_HBM_FRACTION * 0.999)
+    below = estimate_memory(moe, remat="none", hbm_bytes=need / USABLE_HBM_FRACTION * 0.999, **kw)
     assert below.fits is False
     assert est.fits is None and est.to_dict()["usableGiB"] is None
     assert at.to_dict()["perDeviceGiB"] == round(need / 1024**3, 3)
+
+
+@pytest.mark.parametrize("param_dtype_bytes, compute_bytes, cast", [(4, 2, True), (4, 4, False),
+                                                                     (2, 2, False)])
+def test_weights_cast_to_a_narrower_compute_dtype_are_counted(param_dtype_bytes, compute_bytes,
+                                                               cast):
+    from tpujob_plan.memory import estimate_memory
+    from tpujob_plan.model_shape import ModelShape
+
+    shape = ModelShape(**SMALL)
+    est = estimate_memory(shape, global_batch=4, seq_len=8, mesh={"fsdp": 2},
+                          param_bytes=param_dtype_bytes, compute_bytes=compute_bytes)
+    layers = shape.total_params - shape.embedding_params - shape.norm_params
+    assert est.breakdown.get("castWeights") == (layers * compute_bytes / 2 if cast else None)
 
 
 @pytest.mark.parametrize("batch, accum, seq, mesh, says", [
@@ -313,10 +410,13 @@ def test_memory_context_axis_defaults_and_the_remat_choice():
     zero = estimate_memory(shape, global_batch=4, seq_len=8, mesh={}, grad_accum=0)
     assert zero.tokens_per_device == 32 and "gradientAccumulator" not in zero.breakdown
     moe = ModelShape(**SMALL, num_experts=4, experts_per_token=2, moe_mlp_dim=8)
-    default = estimate_memory(moe, global_batch=1, seq_len=8, mesh={}, remat="minimal")
-    # minimal: 3d + 2q + 2kv + 2 x hidden + router, hidden = (2 x 1.25) x 8 experts' mlp
-    per_layer = 24 + 16 + 8 + 2 * (2 * 1.25 * 8) + 2 * 4
-    assert default.breakdown["activations"] == pytest.approx(2 * per_layer * 8 * 2)
+    default = estimate_memory(moe, global_batch=1, seq_len=8, mesh={}, remat="none",
+                              generation="v6e")
+    # none, MoE layer: the default capacity factor 1.25 sets the routed copies (k x 1.25 = 2.5)
+    # and the dispatch/combine slots (2.5 x seq_len each; k = 2 times as many in f32).
+    per_layer = (3 * 8 + 2 * 4 + 2 * 8) * 2 + 4 * 8 * 4 + 2 * 4 * 4 + 2 * 2.5 * 8 * 4 + (
+        2 * 2.5 * 8 + 2.5 * (2 * 8 + 6 * 8)) * 2
+    assert default.breakdown["activations"] == pytest.approx(2 * per_layer * 8)
     with pytest.raises(FrozenInstanceError):
         default.remat = "none"
     # Nothing fits in 1 byte: the most recomputation is the answer; everything fits in 1 TB.
@@ -326,3 +426,53 @@ def test_memory_context_axis_defaults_and_the_remat_choice():
     big = estimate_memory(PRESETS["llama3-8b"], global_batch=8, seq_len=4096, mesh={"fsdp": 8})
     assert big.to_dict()["perDeviceGiB"] == round(big.per_device_bytes / 1024**3, 3)
     assert big.to_dict()["breakdown"]["params"] == round(big.breakdown["params"] / 1024**3, 3)
+
+
+@pytest.mark.parametrize("remat, units", [("none", 3.1), ("minimal", 2.6), ("full", 4.2)])
+def test_a_layers_weights_can_outweigh_its_tokens_under_every_policy(remat, units):
+    from tpujob_plan.memory import estimate_memory
+    from tpujob_plan.model_shape import ModelShape
+
+    # One token, a vocabulary of 2: the layer's backward (its bf16 weights, 576 x 2 bytes) is
+    # the peak under every policy; with remat full it adds its 4.2 units, the others none.
+    shape = ModelShape(**{**SMALL, "vocab_size": 2})
+    est = estimate_memory(shape, global_batch=1, seq_len=1, mesh={}, remat=remat,
+                          generation="v6e")
+    unit = (3 * 8 + 2 * 4 + 2 * 8 + 3 * 16) * 2                 # 192 bytes, tensor=1
+    logits, output = 2 * 1 * 2 * 2, 2 * 8 * 2 * 2
+    layer = (units * unit if remat == "full" else 0.0) + 576 * 2
+    assert est.breakdown["workspace"] == pytest.approx(layer - logits - output)
+    assert layer - logits - output > units * unit               # beyond what sits by the logits
+
+
+def test_moe_residuals_split_over_tensor():
+    from tpujob_plan.memory import estimate_memory
+    from tpujob_plan.model_shape import ModelShape
+
+    moe = ModelShape(**SMALL, num_experts=4, experts_per_token=2, moe_mlp_dim=8)
+    est = estimate_memory(moe, global_batch=1, seq_len=8, mesh={"tensor": 2}, remat="none",
+                          capacity_factor=1.0, generation="v6e")
+    # tensor=2: q 4, kv 2, expert MLP 4 columns per device; d_model 8 replicated. Routed copies
+    # k x cf = 2: dispatch/combine 2 x 8 slots each (2 x 2 x 8 in f32), input/output 2 x d, six
+    # MLP-wide values of 4.
+    per_layer = ((3 * 4 + 2 * 2 + 2 * 8) * 2 + 4 * 8 * 4 + 2 * 4 * 4 + 2 * 2 * 8 * 4
+                 + (2 * 2 * 8 + 2 * (2 * 8 + 6 * 4)) * 2)
+    assert est.breakdown["activations"] == pytest.approx(2 * per_layer * 8)
+    # The workspace unit splits the same way: 3q + 2kv + 2d + 3 x (2 routed copies x 4 columns).
+    assert est.breakdown["workspace"] == pytest.approx(3.1 * 8 * (3 * 4 + 2 * 2 + 2 * 8 + 3 * 8) * 2)
+
+
+def test_a_moe_layers_gathered_weights_are_its_experts_over_the_expert_axis():
+    from tpujob_plan.memory import estimate_memory
+    from tpujob_plan.model_shape import ModelShape
+
+    # One token per device, a vocabulary of 2, remat full: the layer's backward is the peak, with
+    # the attention's weights and the MoE layer's router and experts over expert=2, in bf16.
+    moe = ModelShape(**{**SMALL, "vocab_size": 2}, num_experts=4, experts_per_token=2,
+                     moe_mlp_dim=8)
+    est = estimate_memory(moe, global_batch=2, seq_len=1, mesh={"expert": 2}, remat="full",
+                          capacity_factor=1.0, generation="v6e")
+    unit = (3 * 8 + 2 * 4 + 2 * 8 + 3 * 2 * 8) * 2                  # 2 routed copies of 8 columns
+    weights = (192 + (8 * 4 + 4 * 3 * 8 * 8) / 2) * 2                # attention + router/experts / 2
+    assert est.breakdown["workspace"] == pytest.approx(
+        4.2 * 1 * unit + weights - 2 * 1 * 2 * 2 - 2 * 8 * 2 * 2)

@@ -32,9 +32,13 @@ def test_plan_model_file_estimates_as_the_trainer_config_does(tmp_path, remat):
     path.write_text(yaml.safe_dump(DOC))
     result = _plan(path, remat)
     cfg = TrainerConfig.from_dict({**DOC, "model": {**DOC["model"], "remat": remat}})
-    want = cfg.memory_request().estimate(result.mesh.axes, result.plan.hbm_bytes_per_device)
+    # The plan estimates for the slice's generation (v6e), as the trainer does on its devices.
+    want = cfg.memory_request().estimate(result.mesh.axes, result.plan.hbm_bytes_per_device, "v6e")
     assert result.memory.breakdown == want.breakdown and result.memory.remat == want.remat
-    assert resolve_remat(cfg, result.mesh.axes, result.plan.hbm_bytes_per_device) == want.remat
+    assert resolve_remat(cfg, result.mesh.axes, result.plan.hbm_bytes_per_device,
+                         "v6e") == want.remat
+    unknown = cfg.memory_request().estimate(result.mesh.axes, result.plan.hbm_bytes_per_device)
+    assert unknown.per_device_bytes > want.per_device_bytes   # no generation: the largest allowance
 
 
 def test_the_files_dtypes_and_capacity_count(tmp_path):
@@ -64,3 +68,41 @@ def test_memory_request_resolves_auto_only():
     assert auto.resolved_remat({"fsdp": 8}, 32 * 2**30) == "none"
     huge = MemoryRequest(shape=PRESETS["llama3-8b"], global_batch=64, seq_len=8192)
     assert huge.resolved_remat({"fsdp": 8}, 16 * 2**30) == "full"
+
+
+@pytest.mark.parametrize("kind, generation", [
+    ("TPU v6 lite", "v6e"), ("TPU v5p", "v5p"), ("TPU7x", "tpu7x"), ("cpu", None), ("", None),
+])
+def test_the_trainer_estimates_for_its_devices_generation(kind, generation):
+    from tpujob_trainer.remat import device_generation
+
+    assert device_generation(Namespace(device_kind=kind)) == generation
+    assert device_generation(object()) is None
+
+
+def test_memory_request_defaults_are_the_trainers():
+    from tpujob_plan.memory import estimate_memory
+    from tpujob_plan.model_shape import PRESETS
+
+    # A MoE request with no capacity factor counts the trainer's default, 1.25, as the
+    # estimate's own default does.
+    shape = PRESETS["mixtral-8x7b"]
+    got = MemoryRequest(shape=shape, global_batch=8, seq_len=2048, remat="none").estimate(
+        {"fsdp": 8}, None, "v6e")
+    want = estimate_memory(shape, global_batch=8, seq_len=2048, mesh={"fsdp": 8}, remat="none",
+                           capacity_factor=1.25, generation="v6e")
+    assert got.breakdown == want.breakdown
+
+
+def test_memory_request_is_frozen_and_an_exact_fit_fits():
+    from dataclasses import FrozenInstanceError
+
+    from tpujob_plan.memory import MemoryEstimate
+    from tpujob_plan.model_shape import PRESETS
+
+    r = MemoryRequest(shape=PRESETS["tiny"], global_batch=8, seq_len=64)
+    with pytest.raises(FrozenInstanceError):
+        r.remat = "none"
+    # Exactly the usable 95% fits; a byte more does not.
+    assert MemoryEstimate({"params": 95.0}, "full", 1.0, hbm_bytes=100.0).fits is True
+    assert MemoryEstimate({"params": 96.0}, "full", 1.0, hbm_bytes=100.0).fits is False

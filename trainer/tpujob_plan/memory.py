@@ -1,19 +1,40 @@
 """Per-device memory (HBM) estimate of training a decoder LM, before anything is launched.
 
-What is counted, per device, for a mesh where model state is sharded over every axis but
-`data` (fsdp, context, tensor, expert) and tokens over data x fsdp x expert (batch) and context
-(sequence), as MaxText's logical axis rules do:
+Model state is sharded over every mesh axis but `data` (fsdp, context, tensor, expert) and tokens
+over data x fsdp x expert (batch) and context (sequence), as MaxText's logical axis rules do. The
+terms are what the TPU compiler's program for the trainer's step holds at its peak, read from
+XLA's memory-usage report of the compiled step (`benchmarks/hbm_estimate.py` keeps the compiled
+figures and the largest buffers in benchmarks/results/hbm_compiled.json):
 
-- params, gradients (param dtype), optimizer state (AdamW: 2 fp32 moments; Muon: 1 momentum for
-  hidden matrices, AdamW moments for the rest), a gradient accumulator when accumulating;
-- saved activations per layer under the remat policy: `none` keeps every intermediate,
-  `minimal` keeps the matmul outputs, `full` keeps only each layer's input;
-- workspace: one layer recomputed in the backward pass plus one layer's gathered weights;
-- logits: compute-dtype logits and an fp32 copy for the loss (no vocabulary tiling).
+- `params`, `optimizer` (AdamW: 2 fp32 moments; Muon: 1 momentum for hidden matrices, AdamW
+  moments for the rest), and a float32 `gradientAccumulator` when accumulating; `castWeights`:
+  the layers' weights cast to a narrower compute dtype once, before the layer scan.
+- `activations`: what each layer saves for its backward pass under the remat policy
+  (`_saved_bytes_per_token`): `full` its input; `minimal` the outputs of the matmuls without a
+  batch dimension; `none` every residual the backward reads, the RMSNorms' float32 values too.
+- `logits` and `outputLayer`: in the output layer's backward the step holds the logits and their
+  gradient, both in the compute dtype (the loss's float32 values are computed in fusions, never
+  stored whole: `step.cross_entropy`), and the output layer's weights gathered for the matmul and
+  their gradient before it is reduced.
+- `workspace`: the layers' backward buffers, in units of one layer's matmul values per token
+  (`_layer_values_per_token`). With remat `none` or `minimal` the compiled step holds
+  BESIDE_LOGITS_LAYERS of them beside the logits; with `full` the peak is the larger of the
+  logits' moment and a layer's backward pass (its recomputation, the gradients of its values, its
+  gathered weights): LAYER_BACKWARD_LAYERS units plus one layer's weights, counted beyond the
+  logits' terms.
+- `gradients`: the optimizer's update holds every parameter's gradient (param dtype) beside the
+  state, once the backward's buffers are gone; counted only where that is more than the backward
+  holds (a large model over few devices). At the backward's peak the layers' gradients are not
+  yet computed.
+- GENERATION_ALLOWANCE scales the token terms: the compilers for v5p, v6e and tpu7x lay out the
+  same program differently (tpu7x holds more per token, v5p less); the largest allowance where
+  the generation is not known.
 
-It is an estimate for a verdict (fits / does not fit, and where the bytes go), not a promise
-to the byte: XLA's temporary buffers and fragmentation come on top, which is why only
-USABLE_HBM_FRACTION of a device's HBM counts as usable.
+The unit counts are fitted to the compiler over the benchmark's grid (within 10% on about half of
+its configs, never more than 5% below; benchmarks/results/hbm_estimate.md). It is an estimate
+for a verdict (fits / does not fit, and where the bytes go), not a promise to the byte; only
+USABLE_HBM_FRACTION of a device's HBM counts as usable, and `tpujob plan --compile` gives the
+compiler's own figure.
 """
 
 from __future__ import annotations
@@ -28,6 +49,20 @@ REMAT_POLICIES: tuple[str, ...] = ("none", "minimal", "full")  # least recomputa
 OPTIMIZERS: tuple[str, ...] = ("adamw", "muon")
 USABLE_HBM_FRACTION = 0.95
 GIB = 1024**3
+# The logits and their gradient (compute dtype), held together in the output layer's backward.
+LOGITS_COPIES = 2
+# The output layer's weights gathered for the matmul, and their gradient before it is reduced.
+OUTPUT_LAYER_COPIES = 2
+# The layers' backward buffers, in units of one layer's matmul values per token: held beside
+# the logits (remat none, minimal), or in a layer's backward pass (remat full: recomputed values,
+# their gradients, the attention kernel's float32 accumulators).
+BESIDE_LOGITS_LAYERS = {"none": 3.1, "minimal": 2.6, "full": 0.0}
+LAYER_BACKWARD_LAYERS = {"none": 0.0, "minimal": 0.0, "full": 4.2}
+# The token terms per generation, against v6e's compiler (fitted over the benchmark's grid).
+GENERATION_ALLOWANCE = {"v5p": 0.95, "v6e": 1.0, "tpu7x": 1.4}
+FLOAT32 = 4
+# Held for the whole step; the other terms are the peak's.
+_STATE_TERMS = ("params", "optimizer", "gradientAccumulator")
 
 
 @dataclass(frozen=True)
@@ -71,22 +106,55 @@ def _axis(mesh: Mapping[str, int], name: str) -> int:
     return int(mesh.get(name, 1))
 
 
-def _per_token_layer_elements(shape: ModelShape, layer: int, remat: str,
-                              capacity_factor: float, attention: str, seq_len: int) -> float:
-    """Activation elements one token keeps for one layer's backward pass."""
-    d, q, kv = shape.d_model, shape.n_heads * shape.head_dim, shape.n_kv_heads * shape.head_dim
-    if shape.is_moe_layer(layer):
-        per_expert = shape.moe_mlp_dim or shape.mlp_dim
-        hidden = (shape.experts_per_token * capacity_factor + shape.num_shared_experts) * per_expert
-        router = 2 * shape.num_experts
-    else:
-        hidden, router = shape.mlp_dim, 0
-    scores = shape.n_heads * seq_len if attention == "dot_product" else 0
+def _saved_bytes_per_token(shape: ModelShape, layer: int, remat: str, *, compute_bytes: int,
+                           tensor: int, capacity_factor: float, seq_len: int) -> float:
+    """Bytes one token's activations of one layer keep for the backward pass. The model dimension
+    is replicated over `tensor`, heads and MLP columns split over it."""
+    d, cb = shape.d_model, compute_bytes
+    q = shape.n_heads * shape.head_dim / tensor
+    kv = shape.n_kv_heads * shape.head_dim / tensor
     if remat == "full":
-        return d
+        return d * cb                                       # the layer's input
+    moe = shape.is_moe_layer(layer)
     if remat == "minimal":
-        return 3 * d + 2 * q + 2 * kv + 2 * hidden + router
-    return 6 * d + 3 * q + 3 * kv + 4 * hidden + router + scores
+        # q, k, v and the attention's and the MLP's output projections; a dense MLP's stacked
+        # gate/up; a MoE layer's router logits (float32). The expert matmuls carry the expert
+        # axis as a batch dimension, which `dots_with_no_batch_dims_saveable` does not save.
+        saved = (q + 2 * kv + 2 * d) * cb
+        if moe:
+            return saved + shape.num_experts * FLOAT32
+        return saved + 2 * shape.mlp_dim / tensor * cb
+    # none: q, k, v and the attention's output twice (the kernel's layout and the layer's), the
+    # two RMSNorms' outputs, and their float32 input and normalized values.
+    saved = (3 * q + 2 * kv + 2 * d) * cb + 4 * d * FLOAT32
+    if not moe:
+        return saved + 3 * shape.mlp_dim / tensor * cb      # gate/up stacked, SwiGLU output
+    # MoE: router logits and probabilities (float32); the dispatch and combine one-hots (k x
+    # capacity_factor x seq_len slots per token each) and the per-choice one-hots in float32 (k
+    # times as many); the routed copies' input and output, and six MLP-wide values each (gate/up,
+    # its two halves, the SwiGLU's activation and product: autodiff keeps them all); shared
+    # experts as a dense MLP.
+    per_expert = (shape.moe_mlp_dim or shape.mlp_dim) / tensor
+    k = shape.experts_per_token
+    routed = k * capacity_factor
+    return (saved + 2 * shape.num_experts * FLOAT32 + k * routed * seq_len * FLOAT32
+            + (2 * routed * seq_len + routed * (2 * d + 6 * per_expert)
+               + 3 * shape.num_shared_experts * per_expert) * cb)
+
+
+def _layer_values_per_token(shape: ModelShape, layer: int, *, compute_bytes: int, tensor: int,
+                            capacity_factor: float) -> float:
+    """Bytes of one token's values in one layer's matmuls (compute dtype): q, k, v, the
+    attention's output twice, the two norms' outputs, the MLP's gate/up and SwiGLU output (a MoE
+    layer: of its routed copies and shared experts). The unit of the backward's working set."""
+    q = shape.n_heads * shape.head_dim / tensor
+    kv = shape.n_kv_heads * shape.head_dim / tensor
+    if shape.is_moe_layer(layer):
+        per_expert = (shape.moe_mlp_dim or shape.mlp_dim) / tensor
+        hidden = (shape.experts_per_token * capacity_factor + shape.num_shared_experts) * per_expert
+    else:
+        hidden = shape.mlp_dim / tensor
+    return (3 * q + 2 * kv + 2 * shape.d_model + 3 * hidden) * compute_bytes
 
 
 def _optimizer_bytes(shape: ModelShape, optimizer: str) -> float:
@@ -102,9 +170,10 @@ def _optimizer_bytes(shape: ModelShape, optimizer: str) -> float:
 def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
                     mesh: Mapping[str, int], remat: str = "full", param_bytes: int = 4,
                     compute_bytes: int = 2, optimizer: str = "adamw", grad_accum: int = 1,
-                    attention: str = "flash", capacity_factor: float = 1.25,
-                    hbm_bytes: float | None = None) -> MemoryEstimate:
-    """Estimate the bytes one device holds at the peak of a training step."""
+                    capacity_factor: float = 1.25, hbm_bytes: float | None = None,
+                    generation: str | None = None) -> MemoryEstimate:
+    """Estimate the bytes one device holds at the peak of a training step. `generation` (a
+    slice-name prefix: v5p, v6e, tpu7x) picks the compiler's allowance; unknown: the largest."""
     if remat not in REMAT_POLICIES:
         raise ValueError(f"remat must be one of {', '.join(REMAT_POLICIES)}, got {remat!r}")
     if optimizer not in OPTIMIZERS:
@@ -121,28 +190,48 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
     if seq_len % context:
         notes.append(f"seq_len {seq_len} does not split evenly over context={context}")
     tokens = micro_batch * seq_len / (batch_shards * context)
+    allowance = GENERATION_ALLOWANCE.get(generation or "", max(GENERATION_ALLOWANCE.values()))
 
     params = shape.total_params
     breakdown = {
         "params": params * param_bytes / state_shards,
-        "gradients": params * param_bytes / state_shards,
         "optimizer": _optimizer_bytes(shape, optimizer) / state_shards,
     }
     if grad_accum > 1:
-        breakdown["gradientAccumulator"] = params * 4 / state_shards
+        breakdown["gradientAccumulator"] = params * FLOAT32 / state_shards
+    if compute_bytes < param_bytes:
+        # The layers' weights are cast to the compute dtype once, before the layer scan.
+        layer_params = params - shape.embedding_params - shape.norm_params
+        breakdown["castWeights"] = layer_params * compute_bytes / state_shards
 
-    def layers_elements(policy: str) -> list[float]:
-        return [_per_token_layer_elements(shape, i, policy, capacity_factor, attention, seq_len)
+    def per_token(policy: str) -> list[float]:
+        return [_saved_bytes_per_token(shape, i, policy, compute_bytes=compute_bytes,
+                                       tensor=tensor, capacity_factor=capacity_factor,
+                                       seq_len=seq_len)
                 for i in range(shape.n_layers)]
 
-    act_scale = tokens * compute_bytes / tensor
-    breakdown["activations"] = sum(layers_elements(remat)) * act_scale
-    recompute = max(layers_elements("none")) * act_scale if remat != "none" else 0.0
+    breakdown["activations"] = allowance * tokens * sum(per_token(remat))
+    logits = allowance * LOGITS_COPIES * tokens * shape.vocab_size * compute_bytes / tensor
+    output_layer = OUTPUT_LAYER_COPIES * shape.d_model * shape.vocab_size * compute_bytes / tensor
     largest_layer = shape.attention_params + max(
         shape.dense_mlp_params if shape.n_dense_layers else 0,
         shape.moe_mlp_params / expert if shape.n_moe_layers else 0)
-    breakdown["workspace"] = recompute + largest_layer * compute_bytes / tensor
-    breakdown["logits"] = tokens * shape.vocab_size * (compute_bytes + 4) / tensor
+    unit = max(_layer_values_per_token(shape, i, compute_bytes=compute_bytes, tensor=tensor,
+                                       capacity_factor=capacity_factor)
+               for i in range(shape.n_layers))
+    one_layer = allowance * tokens * unit
+    beside_logits = BESIDE_LOGITS_LAYERS[remat] * one_layer
+    layer_backward = (LAYER_BACKWARD_LAYERS[remat] * one_layer
+                      + largest_layer * compute_bytes / tensor)
+    breakdown["logits"] = logits
+    breakdown["outputLayer"] = output_layer
+    breakdown["workspace"] = max(beside_logits, layer_backward - logits - output_layer)
+    # The optimizer's update holds every parameter's gradient (param dtype) beside the state,
+    # after the backward's buffers are gone: counted where it holds more than they did.
+    beyond = params * param_bytes / state_shards - sum(
+        v for k, v in breakdown.items() if k not in _STATE_TERMS)
+    if beyond > 0:
+        breakdown["gradients"] = beyond
     return MemoryEstimate(breakdown=breakdown, remat=remat, tokens_per_device=tokens,
                           hbm_bytes=hbm_bytes, notes=notes)
 
@@ -166,24 +255,31 @@ class MemoryRequest:
     remat: str = "auto"
     capacity_factor: float = 1.25
 
-    def _kwargs(self, mesh: Mapping[str, int], hbm_bytes: float | None) -> dict:
+    def _kwargs(self, mesh: Mapping[str, int], hbm_bytes: float | None,
+                generation: str | None) -> dict:
         return dict(global_batch=self.global_batch, seq_len=self.seq_len, mesh=dict(mesh),
                     optimizer=self.optimizer, grad_accum=self.grad_accum,
                     param_bytes=DTYPE_BYTES[self.param_dtype], compute_bytes=DTYPE_BYTES[self.dtype],
-                    capacity_factor=self.capacity_factor, hbm_bytes=hbm_bytes)
+                    capacity_factor=self.capacity_factor, hbm_bytes=hbm_bytes,
+                    generation=generation)
 
-    def resolved_remat(self, mesh: Mapping[str, int], hbm_bytes: float | None) -> str:
+    def resolved_remat(self, mesh: Mapping[str, int], hbm_bytes: float | None,
+                       generation: str | None = None) -> str:
         """The remat policy: as asked, or for `auto` the least recomputation that fits
         (`none` where the device's memory is unknown)."""
         if self.remat != "auto":
             return self.remat
         if hbm_bytes is None:
             return "none"
-        return choose_remat(self.shape, **self._kwargs(mesh, hbm_bytes))
+        return choose_remat(self.shape, **self._kwargs(mesh, hbm_bytes, generation))
 
-    def estimate(self, mesh: Mapping[str, int], hbm_bytes: float | None) -> MemoryEstimate:
-        return estimate_memory(self.shape, remat=self.resolved_remat(mesh, hbm_bytes),
-                               **self._kwargs(mesh, hbm_bytes))
+    def estimate(self, mesh: Mapping[str, int], hbm_bytes: float | None,
+                 generation: str | None = None) -> MemoryEstimate:
+        """The estimate on `mesh`, for a device of `hbm_bytes` of generation `generation` (a
+        slice-name prefix; None: the largest allowance)."""
+        return estimate_memory(self.shape,
+                               remat=self.resolved_remat(mesh, hbm_bytes, generation),
+                               **self._kwargs(mesh, hbm_bytes, generation))
 
 
 def choose_remat(shape: ModelShape, *, global_batch: int, seq_len: int,

@@ -31,7 +31,7 @@ from tpujob_plan.errors import PlanError
 from tpujob_trainer.config.root import ConfigError, TrainerConfig
 from tpujob_trainer.exits import TrainerExit
 from tpujob_trainer.mesh import build_mesh
-from tpujob_trainer.remat import device_memory_bytes, resolve_remat
+from tpujob_trainer.remat import device_generation, device_memory_bytes, resolve_remat
 from tpujob_trainer.sharding import activate
 from tpujob_trainer.step import step_program
 
@@ -108,7 +108,8 @@ def compile_step(cfg: TrainerConfig, slice_name: str, slices: int = 1) -> Compil
     """Compile the step for `slices` slices of `slice_name` and read the compiler's figures."""
     devices = topology_devices(slice_name, slices)
     mesh, mesh_plan = build_mesh(cfg.mesh, num_slices=slices, devices=devices)
-    remat = resolve_remat(cfg, mesh_plan.axes, device_memory_bytes(devices[0]))
+    remat = resolve_remat(cfg, mesh_plan.axes, device_memory_bytes(devices[0]),
+                          device_generation(devices[0]))
     model_cfg = cfg.model.model_copy(update={"remat": remat})
     t0 = time.perf_counter()
     with activate(mesh):

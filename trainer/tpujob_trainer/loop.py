@@ -25,7 +25,7 @@ from tpujob_trainer.data.errors import DataError, DataExhausted
 from tpujob_trainer.env import ProcessEnv
 from tpujob_trainer.exits import Reason, TrainerExit
 from tpujob_trainer.mesh import build_mesh
-from tpujob_trainer.remat import device_memory_bytes, resolve_remat
+from tpujob_trainer.remat import device_generation, device_memory_bytes, resolve_remat
 from tpujob_trainer.sharding import activate
 from tpujob_trainer.step import step_program
 from tpujob_trainer.telemetry.jsonlog import JsonLog
@@ -194,7 +194,7 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
     # Mesh first: a layout that cannot work fails here, before anything compiles.
     mesh, mesh_plan = build_mesh(cfg.mesh, num_slices=penv.num_slices, devices=devices)
     hbm = device_memory_bytes(devices[0])
-    remat = resolve_remat(cfg, mesh_plan.axes, hbm)
+    remat = resolve_remat(cfg, mesh_plan.axes, hbm, device_generation(devices[0]))
     model_cfg = cfg.model.model_copy(update={"remat": remat})
     peak, peak_source = peak_tflops_per_device(
         penv.peak_tflops_per_device, devices[0], local_devices=jax.local_device_count(),

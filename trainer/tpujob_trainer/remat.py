@@ -1,5 +1,6 @@
 """Resolving `model.remat: auto`: the least recomputation that fits the device's memory, by the
-planner's HBM estimate. Where the device reports no memory size (CPU), nothing is recomputed."""
+planner's HBM estimate for the device's generation. Where the device reports no memory size
+(CPU), nothing is recomputed."""
 
 from __future__ import annotations
 
@@ -22,5 +23,14 @@ def device_memory_bytes(device) -> float | None:
     return float(stats["bytes_limit"]) if stats and stats.get("bytes_limit") else None
 
 
-def resolve_remat(cfg: TrainerConfig, mesh_axes: Mapping[str, int], hbm_bytes: float | None) -> str:
-    return cfg.memory_request().resolved_remat(mesh_axes, hbm_bytes)
+def device_generation(device) -> str | None:
+    """The TPU generation (slice-name prefix: v5p, v6e, tpu7x) of a device, None for others."""
+    from tpujob_plan.generations import generation_for_device_kind
+
+    g = generation_for_device_kind(getattr(device, "device_kind", ""))
+    return g.prefix if g else None
+
+
+def resolve_remat(cfg: TrainerConfig, mesh_axes: Mapping[str, int], hbm_bytes: float | None,
+                  generation: str | None = None) -> str:
+    return cfg.memory_request().resolved_remat(mesh_axes, hbm_bytes, generation)
