@@ -121,10 +121,6 @@ class RealControlPlane:
                              START_TIMEOUT_S)
         self._mark("kube-apiserver", t0)
 
-        kcm = self._run("kube-controller-manager", [
-            str(programs["kube-controller-manager"]),
-            *components.build_controller_manager_args(pki, kubeconfigs["controller-manager"])],
-            logs)
         self._run("kube-scheduler", [str(programs["kube-scheduler"]),
                                      *components.build_scheduler_args(kubeconfigs["scheduler"])],
                   logs)
@@ -145,13 +141,21 @@ class RealControlPlane:
         self._mark("jobset controller", t0)
         self._start_kueue(programs["kueue"], kubeconfigs, ca_bundle, logs)
         self._mark("kueue", t0)
-        # The controller manager is ready when its service-account controller made `default`.
+        self._install_operator(programs["helm"])
+        self._mark("helm install", t0)
+
+        # The controller manager comes last, once every CRD is served: its garbage collector
+        # takes the kinds it watches from discovery when it starts, and looks again only every
+        # 30 s (garbageCollectorController.Run in cmd/kube-controller-manager/app/core.go), so
+        # the children of a kind served after it started would outlive their deleted owner for
+        # up to 30 s. It is ready when its service-account controller made `default`.
+        kcm = self._run("kube-controller-manager", [
+            str(programs["kube-controller-manager"]),
+            *components.build_controller_manager_args(pki, kubeconfigs["controller-manager"])],
+            logs)
         kcm.wait_ready(lambda: self.api.get(SERVICE_ACCOUNTS, "default", "default") is not None,
                        START_TIMEOUT_S)
         self._mark("kube-controller-manager", t0)
-
-        self._install_operator(programs["helm"])
-        self._mark("helm install", t0)
 
     def _install_operator(self, helm: Path) -> None:
         """`helm install` of the chart, as a user installs it; the Deployment's pod cannot run
