@@ -136,7 +136,8 @@ MODULES: dict[str, list[str]] = {
                                                       "tests/apiserver/test_table_unit.py"]
        for name in ("table", "printers")},
     **{f"operator/tpujob/local/apiserver/{name}.py": [
-        "tests/apiserver/test_answers_unit.py", "tests/apiserver/test_crud.py",
+        "tests/apiserver/test_answers_unit.py", "tests/apiserver/test_reads_unit.py",
+        "tests/apiserver/test_crud.py",
         "tests/apiserver/test_deletion.py", "tests/apiserver/test_bad_requests.py",
         "tests/apiserver/test_custom_resources.py", "-k", "not real"]
        for name in ("server", "codec", "reads", "writes", "deletes")},

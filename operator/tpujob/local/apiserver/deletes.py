@@ -9,7 +9,7 @@ from aiohttp import web
 
 from . import errors
 from .codec import decode, dry_run_of, read_body, respond
-from .reads import list_items
+from .reads import list_items, request_matcher, versioned
 from .resources import ResourceType
 from .store import now_rfc3339
 
@@ -22,12 +22,6 @@ class DeleteHandlers:
     """The ApiHandler's delete verbs."""
 
     store: Store
-
-    def _versioned(self, rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError  # ReadHandlers has it
-
-    def _matcher(self, request: web.Request, target: Target):
-        raise NotImplementedError  # ReadHandlers has it
 
     async def _delete_options(self, request: web.Request, target: Target) -> dict[str, Any]:
         raw = await read_body(request)
@@ -55,9 +49,9 @@ class DeleteHandlers:
             obj = self.store.delete(rtype, target.namespace, target.name,
                                     options["propagation"], options["preconditions"])
         if self.store.find(rtype, target.namespace, target.name) is not None:
-            return respond(self._versioned(rtype, obj))  # held: finalizers, propagation
+            return respond(versioned(rtype, obj))  # held: finalizers, propagation
         if (rtype.group, rtype.plural) in RETURNS_OBJECT:
-            obj = self._versioned(rtype, obj)
+            obj = versioned(rtype, obj)
             if rtype.plural == "pods":  # deleted at once: marked as a grace of 0 marks it
                 obj["metadata"] = {**obj["metadata"], "deletionGracePeriodSeconds": 0,
                                    "deletionTimestamp": now_rfc3339()}
@@ -70,12 +64,12 @@ class DeleteHandlers:
 
     async def _delete_collection(self, request: web.Request, target: Target) -> web.Response:
         options = await self._delete_options(request, target)
-        matches = self._matcher(request, target)
+        matches = request_matcher(request, target)
         deleted = []
         for obj in self.store.list(target.rtype, target.namespace):
             if matches(obj):
                 meta = obj["metadata"]
-                deleted.append(self._versioned(target.rtype, self.store.delete(
+                deleted.append(versioned(target.rtype, self.store.delete(
                     target.rtype, meta.get("namespace"), meta["name"], options["propagation"])))
         return respond({"kind": target.rtype.list_kind, "apiVersion": target.rtype.api_version,
                         "metadata": {"resourceVersion": str(self.store.rv)},

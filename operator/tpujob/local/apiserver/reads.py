@@ -29,6 +29,31 @@ if TYPE_CHECKING:
     from .store import Store
 
 
+def versioned(rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+    """The object as this version of its kind is served."""
+    return {**obj, "apiVersion": rtype.api_version}
+
+
+def request_matcher(request: web.Request, target: Target):
+    """The request's label and field selectors (and the target's name) as one predicate."""
+    rtype = target.rtype
+    try:
+        labels = parse_label_selector(request.query.get("labelSelector"))
+        fields = parse_field_selector(
+            request.query.get("fieldSelector"), rtype.field_selectors,
+            lambda key: unsupported_field(rtype.group, rtype.plural, rtype.kind, key))
+    except ValueError as err:
+        raise errors.bad_request(str(err)) from err
+    if target.name is not None:
+        fields.append(parse_field_selector(f"metadata.name={target.name}",
+                                           target.rtype.field_selectors)[0])
+
+    def matches(obj: dict[str, Any]) -> bool:
+        return matches_labels(labels, obj["metadata"].get("labels")) and \
+            matches_fields(fields, obj)
+    return matches
+
+
 class ReadHandlers:
     """The ApiHandler's read verbs."""
 
@@ -37,12 +62,9 @@ class ReadHandlers:
     faults: FaultInjector
     bookmark_interval_s: float
 
-    def _versioned(self, rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-        return {**obj, "apiVersion": rtype.api_version}
-
     def _get(self, request: web.Request, target: Target) -> web.Response:
         check_accept(request)
-        obj = self._versioned(target.rtype, self.store.get(target.rtype, target.namespace,
+        obj = versioned(target.rtype, self.store.get(target.rtype, target.namespace,
                                                            target.name))
         if table.wants_table(request.headers.get("Accept", "")):
             return respond(table.build_table(target.rtype, [obj],
@@ -50,28 +72,10 @@ class ReadHandlers:
                                              request.query.get("includeObject", "Metadata")))
         return respond(obj)
 
-    def _matcher(self, request: web.Request, target: Target):
-        rtype = target.rtype
-        try:
-            labels = parse_label_selector(request.query.get("labelSelector"))
-            fields = parse_field_selector(
-                request.query.get("fieldSelector"), rtype.field_selectors,
-                lambda key: unsupported_field(rtype.group, rtype.plural, rtype.kind, key))
-        except ValueError as err:
-            raise errors.bad_request(str(err)) from err
-        if target.name is not None:
-            fields.append(parse_field_selector(f"metadata.name={target.name}",
-                                               target.rtype.field_selectors)[0])
-
-        def matches(obj: dict[str, Any]) -> bool:
-            return matches_labels(labels, obj["metadata"].get("labels")) and \
-                matches_fields(fields, obj)
-        return matches
-
     def _list(self, request: web.Request, target: Target) -> web.Response:
         check_accept(request)
-        matches = self._matcher(request, target)
-        items = [self._versioned(target.rtype, o) for o in
+        matches = request_matcher(request, target)
+        items = [versioned(target.rtype, o) for o in
                  self.store.list(target.rtype, target.namespace) if matches(o)]
         meta: dict[str, Any] = {"resourceVersion": str(self.store.rv)}
         items, meta = paginate(items, request.query, meta)
@@ -110,7 +114,7 @@ class ReadHandlers:
                     drop_after_s, lambda: request.transport and request.transport.abort())
         spec = watch.WatchRequest(
             rtype=target.rtype, namespace=target.namespace,
-            matches=self._matcher(request, target), resource_version=resource_version,
+            matches=request_matcher(request, target), resource_version=resource_version,
             timeout_s=timeout_s, bookmarks=is_flag(query.get("allowWatchBookmarks")),
             send_initial_events=is_flag(query.get("sendInitialEvents")),
             transform=self._watch_table(request, target))

@@ -22,6 +22,7 @@ from .codec import (
     respond,
 )
 from .errors import ApiError, FieldError
+from .reads import versioned
 from .resources import ResourceType
 from .store import now_rfc3339
 from .strategy import (
@@ -41,9 +42,6 @@ class WriteHandlers:
     """The ApiHandler's write verbs."""
 
     store: Store
-
-    def _versioned(self, rtype: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-        raise NotImplementedError  # ReadHandlers has it
 
 
     async def _create(self, request: web.Request, target: Target) -> web.Response:
@@ -81,7 +79,7 @@ class WriteHandlers:
             if validation == "Warn":
                 headers["Warning"] = ", ".join(
                     '299 - "unknown field \\"' + f + '\\""' for f in result.unknown_fields)
-        return respond(self._versioned(rtype, result.obj), code, headers)
+        return respond(versioned(rtype, result.obj), code, headers)
 
     async def _update(self, request: web.Request, target: Target) -> web.Response:
         body = decode(await read_body(request), content_type_of(request, BODY_TYPES))
@@ -124,7 +122,7 @@ class WriteHandlers:
         # object is 404 even when the patch is malformed.
         old = self.store.get(rtype, target.namespace, target.name)
         body = decode(raw, "application/json")
-        current = self._versioned(rtype, old)
+        current = versioned(rtype, old)
         try:
             if content_type == "application/json-patch+json":
                 patched = patch.apply_json_patch(current, body)
@@ -184,7 +182,7 @@ class WriteHandlers:
             result = self._create_checked(target, body, validation, dry_run_of(request))
             code, conflicts = 201, []
         else:
-            current = self._versioned(rtype, existing)
+            current = versioned(rtype, existing)
             others = {key[3]: config for key, config in self.store.applied.items()
                       if key[:3] == memory_key[:3] and key[4] == memory_key[4]
                       and key[3] != manager}
