@@ -56,7 +56,7 @@ def build_children(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: SlicePla
     if invocation.config is not None:
         children.append(build_config_map(config_map_name(meta["name"]), meta["namespace"],
                                          invocation.config, build_child_metadata(job)))
-    children.append(build_jobset(job, spec, plan))
+    children.append(build_jobset(job, spec, plan, invocation))
     return children
 
 
@@ -141,9 +141,10 @@ def _container(spec: TpuTrainingJobSpec, plan: SlicePlan, invocation: TrainerInv
 
 
 def build_pod_spec(job_name: str, spec: TpuTrainingJobSpec, plan: SlicePlan,
-                   jobset_name: str, namespace: str = "default") -> dict[str, Any]:
+                   jobset_name: str, namespace: str = "default",
+                   invocation: TrainerInvocation | None = None) -> dict[str, Any]:
     containers = names.container_names(plan.containers_per_host)
-    invocation = build_invocation(spec, namespace, job_name)
+    invocation = invocation or build_invocation(spec, namespace, job_name)
     capacity = build_capacity_placement(spec.scheduling.capacity)
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
@@ -165,9 +166,10 @@ def build_pod_spec(job_name: str, spec: TpuTrainingJobSpec, plan: SlicePlan,
     return pod
 
 
-def build_jobset(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: SlicePlan
-                 ) -> dict[str, Any]:
-    """The JobSet for a job: its name is the job's name, and it is owned by the job."""
+def build_jobset(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: SlicePlan,
+                 invocation: TrainerInvocation | None = None) -> dict[str, Any]:
+    """The JobSet for a job: its name is the job's name, and it is owned by the job (the
+    trainer's invocation is built from the spec unless the caller built it already)."""
     meta = job["metadata"]
     name = meta["name"]
     child = build_child_metadata(job)
@@ -189,7 +191,7 @@ def build_jobset(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: SlicePlan
                if spec.restart_policy.strategy == RestartStrategy.IN_PLACE_RESTART else {}),
             "template": {
                 "metadata": pod_metadata,
-                "spec": build_pod_spec(name, spec, plan, name, meta["namespace"]),
+                "spec": build_pod_spec(name, spec, plan, name, meta["namespace"], invocation),
             },
         },
     }

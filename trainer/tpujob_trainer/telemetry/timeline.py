@@ -29,8 +29,6 @@ from tpujob_trainer.contract import GOODPUT_CATEGORIES, PRODUCTIVE, RECORD_DIR
 
 log = logging.getLogger(__name__)
 
-# The categories and the documents' fields are the contract with the operator (`contract.py`).
-CATEGORIES = GOODPUT_CATEGORIES
 WRITE_TIMEOUT_S = 10.0
 _MAX_STEP_TIMES = 100_000
 
@@ -70,7 +68,7 @@ class Timeline:
         self.started_at = process_start_time() if started_at is None else started_at
         self.process_index = process_index
         self.attempt = f"{int(self.started_at * 1000):x}"
-        self.seconds = dict.fromkeys(CATEGORIES, 0.0)
+        self.seconds = dict.fromkeys(GOODPUT_CATEGORIES, 0.0)
         self._mark = self.started_at
         self._excluded = 0.0            # data/checkpoint waits charged since the mark
         self.resumed_from_step: int | None = None
