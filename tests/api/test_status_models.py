@@ -42,6 +42,7 @@ def sample_status() -> TpuTrainingJobStatus:
                           mfu=0.447, last_checkpoint_step=100, last_update_time=T0, last_step_time=T0,
                           display=display_of(2.75, 8192.0, 0.447, 410.5)),
         failure=Failure(reason=FailureReason.PREEMPTED, message="node pool upgraded"),
+        reason="Preempted",
         goodput=Goodput(percent=91.5, display="91.5%", productive_seconds=915.0,
                         wall_seconds=1000.0,
                         badput=Badput(program_startup=40.0, other=45.0)),

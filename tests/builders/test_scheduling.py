@@ -202,11 +202,15 @@ def test_a_placement_is_a_value():
         placement.node_selector = {}  # type: ignore[misc]
 
 
-def test_a_changed_priority_is_a_changed_spec():
-    # Queued (suspended) jobs are re-created from a changed spec, so a new priority reaches Kueue.
+def test_a_changed_priority_or_warning_bound_is_not_a_changed_spec():
+    # The operator patches the JobSet's priority label itself (Kueue moves the Workload and it
+    # keeps its place in line); re-creating the JobSet would queue it again from the back.
     old = load_spec(BASE | {"scheduling": Q | {"priority": "low"}})
-    new = load_spec(BASE | {"scheduling": Q | {"priority": "high"}})
-    assert build_fingerprint(old)["scheduling"] != build_fingerprint(new)["scheduling"]
+    new = load_spec(BASE | {"scheduling": Q | {"priority": "high",
+                                               "unscheduledWarningSeconds": 60}})
+    assert build_fingerprint(old)["scheduling"] == build_fingerprint(new)["scheduling"]
+    moved = load_spec(BASE | {"scheduling": {"queueName": "other", "priority": "low"}})
+    assert build_fingerprint(old)["scheduling"] != build_fingerprint(moved)["scheduling"]
 
 
 # (slice, slices, spec.scheduling, the field refused, words of the message)

@@ -91,6 +91,9 @@ class Cluster:
         return r.json()
 
 
+KUEUE_WORKLOADS = Path(__file__).parent / "crds" / "kueue-workloads.yaml"
+
+
 def start_operator(cluster: Cluster, operator_kwargs: dict | None = None,
                    **overrides: Any) -> OperatorThread:
     """An operator with fast settings (and `overrides`), started in a thread."""
@@ -101,7 +104,7 @@ def start_operator(cluster: Cluster, operator_kwargs: dict | None = None,
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    crds = load_crds(bundled_crd_paths() + [ROOT / "manifests" / "crd.yaml"])
+    crds = load_crds(bundled_crd_paths() + [ROOT / "manifests" / "crd.yaml", KUEUE_WORKLOADS])
     with ApiServer(crds=crds, bookmark_interval_s=1.0) as srv:
         yield srv, srv.write_kubeconfig(tmp_path_factory.mktemp("kube") / "kubeconfig")
 
@@ -109,7 +112,7 @@ def server(tmp_path_factory):
 @pytest.fixture
 def fresh(tmp_path) -> Cluster:
     """An API server and namespace of the test's own (its request log holds only its requests)."""
-    crds = load_crds(bundled_crd_paths() + [ROOT / "manifests" / "crd.yaml"])
+    crds = load_crds(bundled_crd_paths() + [ROOT / "manifests" / "crd.yaml", KUEUE_WORKLOADS])
     with ApiServer(crds=crds, bookmark_interval_s=1.0) as srv:
         c = Cluster(srv, srv.write_kubeconfig(tmp_path / "kubeconfig"),
                     f"fresh-{secrets.token_hex(3)}")

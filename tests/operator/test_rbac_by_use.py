@@ -107,6 +107,30 @@ def _drive_every_path(c: Cluster) -> None:
     wait_for(lambda: (c.jobset(sus) or {}).get("metadata", {}).get("uid") not in (None, old_uid),
              timeout=20, message="the JobSet re-created from the changed spec")
 
+    # Queued: Kueue's Workload for the JobSet is listed, and watched (its change is news).
+    queued = "queued-" + secrets.token_hex(2)
+    c.create_job(queued, scheduling={"queueName": "tpus", "priority": "low"})
+    c.wait_phase(queued, "Queued")
+    jobset = c.jobset(queued)
+    c.create("/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads", {
+        "apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+        "metadata": {"name": f"jobset-{queued}-1", "labels": {
+            "kueue.x-k8s.io/job-uid": jobset["metadata"]["uid"]}, "ownerReferences": [{
+                "apiVersion": "jobset.x-k8s.io/v1alpha2", "kind": "JobSet", "name": queued,
+                "uid": jobset["metadata"]["uid"], "controller": True}]},
+        "spec": {"queueName": "tpus", "active": True}})
+    c.patch(f"/apis/kueue.x-k8s.io/v1beta2/namespaces/{{ns}}/workloads/jobset-{queued}-1/status",
+            {"status": {"conditions": [{
+            "type": "QuotaReserved", "status": "False", "reason": "Pending",
+            "lastTransitionTime": "2026-11-21T00:00:00Z",
+            "message": "couldn't assign flavors to pod set slice: insufficient unused quota "
+                       "for google.com/tpu in flavor v6e-4x4, 16 more needed"}]}})
+    wait_for(lambda: (c.job(queued)["status"].get("queue") or {}).get("reason")
+             == "WaitingForQuota", timeout=20, message="status.queue from the Workload")
+    c.patch(f"{jobs}/{queued}", {"spec": {"scheduling": {"priority": "high"}}})
+    wait_for(lambda: c.jobset(queued)["metadata"]["labels"].get(
+        "kueue.x-k8s.io/priority-class") == "high", timeout=20, message="the label patched")
+
     # Retries: the status write fails with server errors until the faults are lifted.
     retried = "retry-" + secrets.token_hex(2)
     c.server.set_faults(error_rate=1.0, error_codes=(500, 503), verbs={"patch"},

@@ -37,6 +37,10 @@ Do not edit: change permissions.py and run the command again.
 - apiGroups: [""]
   resources: ["events"]
   verbs: ["create"]
+# a queued job's place in Kueue (status.queue): the Workload Kueue made for its JobSet
+- apiGroups: ["kueue.x-k8s.io"]
+  resources: ["workloads"]
+  verbs: ["list", "watch"]
 {{- end }}
 
 {{/* Calls only a cluster-wide operator makes. */}}

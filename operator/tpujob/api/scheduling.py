@@ -207,7 +207,13 @@ class Topology(SparseApiModel):
 
 # Fields added after the first version: left out of every dump while unset, so that a job
 # without them hashes (tpujob.builders.fingerprint) exactly as before they existed.
-_ADDED_FIELDS = ("priority", "capacity", "topology")
+_ADDED_FIELDS = ("priority", "capacity", "topology", "unscheduled_warning_seconds")
+DEFAULT_UNSCHEDULED_WARNING_SECONDS = 600
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(w.title() for w in rest)
 
 
 class Scheduling(ApiModel):
@@ -238,6 +244,12 @@ class Scheduling(ApiModel):
                           "and the node pools give.")
     topology: Topology | None = Field(
         None, description="Kueue topology-aware placement of the hosts; needs queueName.")
+    unscheduled_warning_seconds: int | None = Field(
+        None, ge=0, le=MAX_RUN_DURATION_SECONDS,
+        description="Once the job may run (admitted by Kueue, or not queued), pods still not "
+                    "scheduled after this many seconds are flagged: reason Unschedulable, a "
+                    "PodsScheduled condition and a Warning Event with the scheduler's words. "
+                    "Default 600; 0 turns the flag off. May change at any time.")
 
     @field_validator("priority", "topology")
     @classmethod
@@ -258,8 +270,8 @@ class Scheduling(ApiModel):
     @model_serializer(mode="wrap")
     def _without_unset_additions(self, handler: SerializerFunctionWrapHandler) -> Any:
         out = handler(self)
-        # One-word names: the same with and without aliases.
         for name in _ADDED_FIELDS:
-            if name in out and out[name] is None:
-                del out[name]
+            for key in (name, _camel(name)):
+                if key in out and out[key] is None:
+                    del out[key]
         return out

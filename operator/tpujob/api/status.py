@@ -46,6 +46,7 @@ class ConditionType(StrEnum):
     FAILED = "Failed"
     SPEC_APPLIED = "SpecApplied"
     PROGRESS_READABLE = "ProgressReadable"  # progress lines in process 0's log can be read
+    PODS_SCHEDULED = "PodsScheduled"      # False: pods wait for nodes past the job's bound
 
 
 class ConditionStatus(StrEnum):
@@ -269,6 +270,45 @@ class Failure(ApiModel):
     container: str | None = Field(None, max_length=63, description="That pod's container.")
 
 
+class AdmissionCheckStatus(ApiModel):
+    """One Kueue admission check of the job's Workload."""
+
+    name: str = Field(..., max_length=253, description="The AdmissionCheck's name.")
+    state: str = Field(..., max_length=32, description="Pending, Ready, Retry or Rejected.")
+    message: str = Field("", max_length=4096, description="The check's own words.")
+
+
+class QueueStatus(ApiModel):
+    """The job's place in Kueue, read from the Workload Kueue made for its JobSet
+    (docs/queueing.md)."""
+
+    state: str = Field(..., max_length=32, description="Pending, Inadmissible, QuotaReserved, "
+                       "Admitted, Preempted or Evicted (waiting again), Deactivated, Finished.")
+    reason: str = Field(..., max_length=64, description="Why, in one word: WaitingForQuota, "
+                        "ExceedsMaxQuota, NoMatchingFlavor, QueueNotFound, QueueInactive, "
+                        "TopologyPlacementFailed, WaitingForPreemptedWorkloads, "
+                        "UnsatisfiedAdmissionChecks, AdmissionCheckRejected, Preempted, "
+                        "Evicted, Deactivated, Admitted or Pending.")
+    message: str = Field("", max_length=4096, description="Kueue's own words for the state.")
+    local_queue: str | None = Field(None, max_length=253, description="The LocalQueue.")
+    cluster_queue: str | None = Field(None, max_length=253, description="The ClusterQueue that "
+                                      "reserved quota, once one has.")
+    workload: str | None = Field(None, max_length=253, description="The Kueue Workload's name.")
+    priority: int | None = Field(None, description="The Workload's priority.")
+    priority_class: str | None = Field(None, max_length=253, description="Its "
+                                       "WorkloadPriorityClass.")
+    flavors: dict[str, str] = Field(default_factory=dict, description="Resource -> the "
+                                    "ResourceFlavor admitted to.")
+    admission_checks: list[AdmissionCheckStatus] = Field(
+        default_factory=list, max_length=16, description="The Workload's admission checks.")
+    queued_since: Timestamp | None = Field(None, description="When it was queued, or queued "
+                                           "again after an eviction.")
+    admitted_time: Timestamp | None = Field(None, description="When Kueue last admitted it.")
+    evictions: int = Field(0, ge=0, description="Times Kueue evicted it (preemption included).")
+    last_eviction: str | None = Field(None, max_length=4096, description="The newest "
+                                      "eviction's reason and Kueue's words.")
+
+
 class TpuTrainingJobStatus(ApiModel):
     """Observed state; written by the operator through the status subresource."""
 
@@ -288,6 +328,12 @@ class TpuTrainingJobStatus(ApiModel):
                                                       "observed.")
     progress: Progress | None = Field(None, description="Training progress.")
     failure: Failure | None = Field(None, description="Set when phase is Failed or Invalid.")
+    reason: str | None = Field(None, max_length=64, description="Why the job is where it is, "
+                               "in one word (the REASON column): failure.reason when Failed or "
+                               "Invalid, queue.reason while Queued, Unschedulable while pods "
+                               "wait for nodes.")
+    queue: QueueStatus | None = Field(None, description="Its place in Kueue, for a job with "
+                                      "spec.scheduling.queueName.")
     goodput: Goodput | None = Field(None, description="Goodput and badput, all restarts "
                                                       "together.")
     start_time: Timestamp | None = Field(None, description="When the trainer first started.")
@@ -318,7 +364,7 @@ def find_condition(conditions: list[Condition], type_: str) -> Condition | None:
 
 
 __all__ = [
-    "Badput", "Condition", "ConditionStatus", "ConditionType", "Failure", "FailureReason",
-    "Goodput", "GoodputAttempt", "Phase", "Progress", "ProgressDisplay", "SliceStatus",
+    "AdmissionCheckStatus", "Badput", "Condition", "ConditionStatus", "ConditionType", "Failure", "FailureReason",
+    "Goodput", "GoodputAttempt", "Phase", "Progress", "ProgressDisplay", "QueueStatus", "SliceStatus",
     "TpuTrainingJobStatus", "TrainerSeconds", "build_conditions", "display_of", "find_condition",
 ]

@@ -13,7 +13,10 @@ from tpujob.api.spec import TpuTrainingJobSpec
 FINGERPRINT_ANNOTATION = "tpujob.dev/spec-fingerprint"
 # Fields the operator applies itself, at any time: not part of what the JobSet was built from.
 LIVE_FIELDS = {"suspend", "stallTimeoutSeconds", "firstStepTimeoutSeconds"}
-LIVE_SUBFIELDS = {"restartPolicy": {"onStall"}}
+# The Kueue priority is a JobSet label the operator patches (Kueue moves the Workload in its
+# queue and keeps its place in line), not a reason to build the JobSet again.
+LIVE_SUBFIELDS = {"restartPolicy": {"onStall"},
+                  "scheduling": {"priority", "unscheduledWarningSeconds"}}
 
 
 def _digest(value: Any) -> str:

@@ -11,10 +11,11 @@ Succeeded and Failed. Terminal phases stay: a finished job never runs again.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime
 from enum import StrEnum
 
 from tpujob.api.recovery import StallAction
+from tpujob.api.scheduling import DEFAULT_UNSCHEDULED_WARNING_SECONDS
 from tpujob.api.spec import TpuTrainingJobSpec
 from tpujob.api.status import (
     Condition,
@@ -23,17 +24,28 @@ from tpujob.api.status import (
     Failure,
     FailureReason,
     Phase,
-    Progress,
-    ProgressDisplay,
     SliceStatus,
     TpuTrainingJobStatus,
     build_conditions,
-    display_of,
     find_condition,
 )
 from tpujob.api.trainer_spec import ProgressSource
 from tpujob.controller.goodput import account, display_of_percent, summary
-from tpujob.controller.observe import FailureCause, JobSetState
+from tpujob.controller.kueue_workload import WorkloadReading, describe_wait
+from tpujob.controller.observe import FailureCause, JobSetState, Unscheduled
+from tpujob.controller.progress_status import (
+    build_progress,
+    replace_progress,
+    restart_progress,
+    stall_deadline,
+)
+from tpujob.controller.queueing import (
+    UNSCHEDULABLE,
+    build_queue_status,
+    is_unscheduled_too_long,
+    queue_events,
+    unscheduled_sentence,
+)
 from tpujob.controller.trainer_reports import ProgressReading, TimelineReading
 from tpujob.validation import Verdict
 
@@ -49,6 +61,7 @@ class Action(StrEnum):
     RESUME = "Resume"                     # clear it
     RESTART = "Restart"                   # delete the JobSet's Jobs: every host starts again
     RECREATE = "Recreate"                 # delete the JobSet; it is created anew from the spec
+    SET_PRIORITY = "SetPriority"          # label the JobSet with spec.scheduling.priority
     STOP = "Stop"                         # suspend for good: the job failed
 
 
@@ -74,6 +87,8 @@ class Observation:
     finals: tuple[TimelineReading, ...] = ()           # timelines left in termination messages
     blocked: tuple[FailureReason, str] | None = None   # children cannot be created (yet)
     progress_problem: str | None = None  # a progress line in process 0's log that cannot be read
+    workload: WorkloadReading | None = None   # the JobSet's Kueue Workload, when read
+    unscheduled: Unscheduled | None = None    # pods the scheduler has not placed, when read
 
 
 @dataclass(frozen=True)
@@ -151,7 +166,21 @@ class _Builder:
         if phase != self.prev.phase:
             kind = "Warning" if phase in WARNING_PHASES else "Normal"
             self.event(kind, phase.value, message or f"phase {phase.value}")
+        status.reason = self._reason(phase)
         return self.decision()
+
+    def _reason(self, phase: Phase) -> str | None:
+        """The REASON column: why the job is where it is, where there is a why."""
+        status = self.status
+        if phase in (Phase.FAILED, Phase.INVALID) and status.failure is not None:
+            return status.failure.reason.value
+        if phase == Phase.QUEUED and status.queue is not None:
+            return status.queue.reason
+        scheduled = find_condition(status.conditions, ConditionType.PODS_SCHEDULED.value)
+        if phase in (Phase.STARTING, Phase.RESTARTING) and scheduled is not None and \
+                scheduled.status == ConditionStatus.FALSE:
+            return UNSCHEDULABLE
+        return None
 
 
 def _slice_status(verdict: Verdict) -> SliceStatus | None:
@@ -162,49 +191,6 @@ def _slice_status(verdict: Verdict) -> SliceStatus | None:
                        hosts=plan.hosts * plan.slices, chips=plan.slice_type.chips * plan.slices,
                        devices=plan.devices,
                        processes=plan.processes)
-
-
-def _figure(value: float | None) -> float | None:
-    """A measured figure to 6 significant digits: more than it is known to, and what `kubectl
-    describe` prints in full (the table's cells are `display`)."""
-    return None if value is None else float(f"{value:.6g}")
-
-
-def _progress(prev: Progress | None, reading: ProgressReading | None, now: datetime
-              ) -> Progress | None:
-    if reading is None:
-        return prev
-    # The first reading of an attempt only sets the mark; a step is counted when it changes.
-    moved = prev is not None and prev.step != reading.step and reading.training
-    step = reading.step
-    if not reading.training and step == 0 and prev is not None and prev.last_checkpoint_step:
-        # A restarted process reports 0 until it has restored: the run goes on from the
-        # newest checkpoint, so that is the step to show.
-        step = max(prev.last_checkpoint_step, reading.last_checkpoint_step or 0)
-    return Progress(step=step, total_steps=reading.total_steps, loss=_figure(reading.loss),
-                    step_time_seconds=_figure(reading.step_time_s),
-                    tokens_per_second_per_device=_figure(reading.tokens_per_s_per_device),
-                    tflops_per_device=_figure(reading.tflops_per_device),
-                    mfu=_figure(reading.mfu),
-                    last_checkpoint_step=reading.last_checkpoint_step, last_update_time=now,
-                    last_step_time=now if moved else (prev.last_step_time if prev else None),
-                    trainer_phase=reading.trainer_phase,
-                    display=display_of(reading.loss, reading.tokens_per_s_per_device,
-                                       reading.mfu, reading.tflops_per_device))
-
-
-def stall_deadline(spec: TpuTrainingJobSpec, running_since: datetime,
-                   progress: Progress | None) -> datetime | None:
-    """When the current attempt counts as stalled: the first-step allowance from the moment
-    every host runs, then stallTimeoutSeconds from the last step change; None when off."""
-    last_step = progress.last_step_time if progress else None
-    if last_step is None or last_step < running_since:
-        if spec.first_step_timeout_seconds <= 0:
-            return None
-        return running_since + timedelta(seconds=spec.first_step_timeout_seconds)
-    if spec.stall_timeout_seconds <= 0:
-        return None
-    return last_step + timedelta(seconds=spec.stall_timeout_seconds)
 
 
 def _refusal_reason(reason: str) -> FailureReason:
@@ -295,12 +281,13 @@ def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
                                         "running")
     if js.deleting:
         return b.finish(Phase.PENDING, "the previous JobSet is being deleted")
+    _follow_queue(b, spec)
     # The restart count survives a JobSet re-created after a spec change.
     baseline = prev.jobset_restarts if js.restarts >= prev.jobset_restarts else 0
     b.status.restarts = prev.restarts + (js.restarts - baseline)
     b.status.jobset_restarts = js.restarts
     restarted = b.status.restarts > prev.restarts
-    b.status.progress = _progress(
+    b.status.progress = build_progress(
         restart_progress(prev.progress) if restarted and prev.progress is not None
         else prev.progress, obs.progress, obs.now)
     if obs.progress_problem is not None:
@@ -354,7 +341,8 @@ def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
                                           "checkpoints stay")
     if js.suspended:
         if js.queue_name:
-            return b.finish(Phase.QUEUED, f"waiting for Kueue queue {js.queue_name} to admit it")
+            return b.finish(Phase.QUEUED, describe_wait(obs.workload) if obs.workload else
+                            f"waiting for Kueue queue {js.queue_name} to admit it")
         if spec is None:  # whether to resume is the unreadable spec's to say: nothing is done
             return b.finish(Phase.SUSPENDED, "suspended; the updated spec cannot be read")
         b.actions.append(Action.RESUME)
@@ -365,12 +353,68 @@ def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
         phase = (Phase.RESTARTING if b.status.restarts else
                  prev.phase if prev.phase in (Phase.RUNNING, Phase.RESTARTING)
                  else Phase.STARTING)
-        return b.finish(phase, f"{js.ready_jobs} of {js.jobs} slices have every host running")
+        message = f"{js.ready_jobs} of {js.jobs} slices have every host running"
+        if phase != Phase.RUNNING and _flag_unscheduled(b, spec):
+            message = find_condition(b.status.conditions,
+                                     ConditionType.PODS_SCHEDULED.value).message
+        return b.finish(phase, message)
+    b.clear_if_present(ConditionType.PODS_SCHEDULED, "Scheduled")
     if b.status.restarts > prev.restarts:
         # Seen only once every host already runs again: Restarting for this write at least.
         return b.finish(Phase.RESTARTING, f"restart {b.status.restarts}: every host is running "
                                           "again")
     return _supervise(b, spec)
+
+
+def _follow_queue(b: _Builder, spec: TpuTrainingJobSpec | None) -> None:
+    """status.queue from the Workload, its Events, and the priority label kept as the spec
+    says (Kueue moves the Workload in its queue when the label changes)."""
+    obs, js = b.obs, b.obs.jobset
+    queue_name = js.queue_name or (spec.scheduling.queue_name if spec else None)
+    new = build_queue_status(obs.workload, queue_name, b.prev.queue)
+    sentence = describe_wait(obs.workload) if obs.workload is not None else ""
+    for type_, reason, message in queue_events(b.prev.queue, new, obs.now, sentence):
+        b.event(type_, reason, message)
+    b.status.queue = new
+    wanted = spec.scheduling.priority if spec is not None else None
+    if spec is None or not js.queue_name or wanted == js.priority_class:
+        return
+    if wanted is not None and (js.suspended or js.priority_class is not None):
+        b.actions.append(Action.SET_PRIORITY)
+        b.event("Normal", "PriorityChanged", f"Kueue priority {js.priority_class or 'none'} "
+                                             f"-> {wanted}")
+        return
+    # Kueue refuses removing the label, and adding one to a job it has admitted
+    # (ValidateUpdateForWorkloadPriorityClassName in its jobframework/validation.go).
+    message = ("spec.scheduling.priority cannot be removed once the job has one (Kueue refuses "
+               "it); set it to another WorkloadPriorityClass" if wanted is None else
+               "spec.scheduling.priority can be added only while the job is queued or "
+               "suspended (Kueue refuses it for an admitted job); set spec.suspend to true "
+               "to apply it")
+    if (find_condition(b.prev.conditions, ConditionType.SPEC_APPLIED.value)
+            or Condition.model_construct(status=ConditionStatus.TRUE)).status \
+            != ConditionStatus.FALSE:
+        b.event("Warning", "UpdateRefused", message)
+    b.set(ConditionType.SPEC_APPLIED, False, "UpdateRefused", message)
+
+
+def _flag_unscheduled(b: _Builder, spec: TpuTrainingJobSpec | None) -> bool:
+    """Pods waiting for nodes past spec.scheduling.unscheduledWarningSeconds: a PodsScheduled
+    condition with the scheduler's words, once a Warning Event; True when flagged."""
+    obs = b.obs
+    bound = DEFAULT_UNSCHEDULED_WARNING_SECONDS
+    if spec is not None and spec.scheduling.unscheduled_warning_seconds is not None:
+        bound = spec.scheduling.unscheduled_warning_seconds
+    if not is_unscheduled_too_long(obs.unscheduled, obs.now, bound):
+        b.clear_if_present(ConditionType.PODS_SCHEDULED, "Scheduled")
+        return False
+    admitted = b.status.queue is not None and b.status.queue.state == "Admitted"
+    message = unscheduled_sentence(obs.unscheduled, admitted, obs.now)
+    before = find_condition(b.prev.conditions, ConditionType.PODS_SCHEDULED.value)
+    if before is None or before.status != ConditionStatus.FALSE:
+        b.event("Warning", UNSCHEDULABLE, message[:1024])
+    b.set(ConditionType.PODS_SCHEDULED, False, UNSCHEDULABLE, message)
+    return True
 
 
 def _supervise(b: _Builder, spec: TpuTrainingJobSpec | None) -> Decision:
@@ -418,21 +462,6 @@ def _supervise(b: _Builder, spec: TpuTrainingJobSpec | None) -> Decision:
         b.status.progress = replace_progress(b.status.progress)
     b.event("Warning", "Stalled", message + "; restarting every host")
     return b.finish(Phase.RESTARTING, "restarting after a stall")
-
-
-def restart_progress(progress: Progress) -> Progress:
-    """Progress once the attempt it was read from has ended: its step and checkpoint stand
-    until the next attempt reports where it resumed; its loss and speed are the old attempt's,
-    so they are left blank, and its step clock is cleared (see replace_progress)."""
-    return replace_progress(progress).model_copy(update={
-        "loss": None, "step_time_seconds": None, "tokens_per_second_per_device": None,
-        "tflops_per_device": None, "mfu": None, "trainer_phase": None,
-        "display": ProgressDisplay()})
-
-
-def replace_progress(progress: Progress) -> Progress:
-    """Progress with the step clock cleared, so a restarted run is judged from its own start."""
-    return progress.model_copy(update={"last_step_time": None})
 
 
 __all__ = ["Action", "Decision", "Event", "Observation", "decide", "replace_progress",

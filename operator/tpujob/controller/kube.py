@@ -21,6 +21,8 @@ from tpujob.builders import names
 log = logging.getLogger("tpujob.operator")
 JOBSET_GROUP, JOBSET_VERSION = names.JOBSET_API_VERSION.split("/")
 JOBSET_PLURAL = "jobsets"
+KUEUE_GROUP, KUEUE_VERSION, WORKLOADS = "kueue.x-k8s.io", "v1beta2", "workloads"
+WORKLOAD_JOB_UID_LABEL = "kueue.x-k8s.io/job-uid"   # on each Workload: its JobSet's uid
 REQUEST_TIMEOUT = (5, 30)  # connect, read (seconds)
 FIELD_MANAGER = "tpujob-operator"
 RETRY_STATUSES = {409, 429, 500, 502, 503, 504}
@@ -144,6 +146,28 @@ class KubeApi:
                           self.custom.patch_namespaced_custom_object, JOBSET_GROUP,
                           JOBSET_VERSION, namespace, JOBSET_PLURAL, name,
                           {"spec": {"suspend": suspend}}, field_manager=FIELD_MANAGER)
+
+    def set_jobset_label(self, namespace: str, name: str, key: str, value: str
+                         ) -> dict[str, Any]:
+        return self._call(f"label JobSet {namespace}/{name} {key}={value}",
+                          self.custom.patch_namespaced_custom_object, JOBSET_GROUP,
+                          JOBSET_VERSION, namespace, JOBSET_PLURAL, name,
+                          {"metadata": {"labels": {key: value}}}, field_manager=FIELD_MANAGER)
+
+    # -- Kueue ---------------------------------------------------------------------------
+    def find_workload(self, namespace: str, jobset_uid: str) -> dict[str, Any] | None:
+        """The Kueue Workload of a JobSet (Kueue labels it with the JobSet's uid); None when
+        there is none yet, or Kueue is not installed."""
+        selector = f"{WORKLOAD_JOB_UID_LABEL}={jobset_uid}"
+        try:
+            items, _ = self._list(f"Workloads of JobSet {jobset_uid}", KUEUE_GROUP,
+                                  KUEUE_VERSION, WORKLOADS, namespace, label_selector=selector)
+        except ApiRefused as err:
+            if err.status == 404:   # Kueue's kinds are not served
+                return None
+            raise
+        items.sort(key=lambda w: (w.get("metadata") or {}).get("creationTimestamp") or "")
+        return items[-1] if items else None
 
     def delete_jobset(self, namespace: str, name: str, uid: str | None) -> None:
         """Delete it and, first, its Jobs and pods (foreground), only if it is still `uid`."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from tpujob.api.status import FailureReason
@@ -71,6 +72,8 @@ class JobSetState:
     ready_jobs: int = 0
     jobs: int = 0
     queue_name: str | None = None
+    priority_class: str | None = None   # Kueue's WorkloadPriorityClass label
+    created: datetime | None = None
     deleting: bool = False
 
     @property
@@ -110,6 +113,8 @@ class JobSetState:
                    completed=completed, failed=failed, message=message, ready_jobs=ready,
                    jobs=replicas, queue_name=(meta.get("labels") or {}).get(
                        names.KUEUE_QUEUE_LABEL),
+                   priority_class=(meta.get("labels") or {}).get(names.KUEUE_PRIORITY_LABEL),
+                   created=_timestamp(meta.get("creationTimestamp")),
                    deleting=bool(meta.get("deletionTimestamp")))
 
 
@@ -206,6 +211,43 @@ def explain_failure(exits: list[ContainerExit]) -> FailureCause | None:
     candidates.sort(key=lambda c: 0 if c[1].disrupted else _RANK.get(c[0][0], 0))
     (reason, message), container = candidates[0]
     return FailureCause(reason, message, container.pod or None, container.container or None)
+
+
+@dataclass(frozen=True)
+class Unscheduled:
+    """Pods the scheduler has not placed: how many, since when, and the scheduler's words."""
+
+    pods: int
+    of: int
+    since: datetime
+    pod: str
+    message: str
+
+
+def read_unscheduled(pods: list[dict[str, Any]]) -> Unscheduled | None:
+    """The live pods whose PodScheduled condition is False, with the oldest one's creation time
+    and the scheduler's message for one of them; None when every live pod is placed."""
+    live = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")
+            and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
+    waiting = []
+    for pod in live:
+        cond = _conditions(pod).get("PodScheduled")
+        if cond is not None and cond.get("status") == "False":
+            created = _timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
+            waiting.append((created, (pod.get("metadata") or {}).get("name", ""),
+                            str(cond.get("message") or cond.get("reason") or "")))
+    if not waiting:
+        return None
+    waiting.sort(key=lambda w: (w[0] is None, w[0] or datetime.min.replace(tzinfo=UTC), w[1]))
+    since, pod, message = waiting[0]
+    return Unscheduled(len(waiting), len(live), since or datetime.now(UTC), pod, message)
+
+
+def _timestamp(value: Any) -> datetime | None:
+    try:
+        return datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
+    except ValueError:
+        return None
 
 
 def running_process_zero_pods(pods: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:

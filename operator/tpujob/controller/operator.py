@@ -26,6 +26,9 @@ from tpujob.controller.kube import (
     JOBSET_GROUP,
     JOBSET_PLURAL,
     JOBSET_VERSION,
+    KUEUE_GROUP,
+    KUEUE_VERSION,
+    WORKLOADS,
     ApiRefused,
     ApiUnavailable,
     KubeApi,
@@ -263,6 +266,19 @@ class Operator:
             self.queue.add(key)
         return True
 
+    def on_workload_event(self, event: dict[str, Any]) -> bool:
+        """A Kueue Workload changed: look again at the job whose JobSet it belongs to (its
+        owner, named as the job), so that status.queue follows Kueue at once."""
+        meta = (event.get("object") or {}).get("metadata") or {}
+        owner = next((r.get("name") for r in meta.get("ownerReferences") or []
+                      if r.get("kind") == "JobSet" and r.get("controller")), None)
+        key = (meta.get("namespace", ""), owner or "")
+        if owner is None or key not in self.jobs:
+            return False
+        if self.queue is not None:
+            self.queue.add(key)
+        return True
+
     # -- relisting ---------------------------------------------------------------------------
     async def _relist_forever(self) -> None:
         interval = self.settings.relist_interval_s
@@ -388,6 +404,12 @@ class Operator:
                        labels={names.LABEL_MANAGED_BY: names.MANAGED_BY})
         async def jobset_event(event: dict[str, Any], **_: Any) -> None:
             op.on_jobset_event(event)
+
+        # Kueue's Workloads, where Kueue is installed (kopf serves only the kinds the cluster
+        # has): a queued job's status.queue follows them without waiting for a resync.
+        @kopf.on.event(KUEUE_GROUP, KUEUE_VERSION, WORKLOADS, registry=registry)
+        async def workload_event(event: dict[str, Any], **_: Any) -> None:
+            op.on_workload_event(event)
 
         if self.settings.webhook:
             @kopf.on.validate(GROUP, VERSION, PLURAL, id=WEBHOOK_ID, registry=registry,

@@ -33,6 +33,8 @@ NAMESPACED: tuple[Rule, ...] = (
     Rule("", "configmaps", ("get", "create", "patch"),
          "the trainer config (get and patch: when it already exists)"),
     Rule("", "events", ("create",), "Events on phase changes and refusals"),
+    Rule("kueue.x-k8s.io", "workloads", ("list", "watch"),
+         "a queued job's place in Kueue (status.queue): the Workload Kueue made for its JobSet"),
 )
 
 # Calls only a cluster-wide operator makes (kopf's resource and namespace scanning).

@@ -13,13 +13,16 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from tpujob.api.scheduling import DEFAULT_UNSCHEDULED_WARNING_SECONDS
 from tpujob.api.status import FailureReason, Phase, TpuTrainingJobStatus
 from tpujob.api.trainer_spec import ProgressSource, ProgressSpec
+from tpujob.builders import names
 from tpujob.builders.fingerprint import FINGERPRINT_ANNOTATION, changed_fields
 from tpujob.builders.jobset import build_children
 from tpujob.controller.decide import Action, Decision, Observation, decide
 from tpujob.controller.events import PostEvent
 from tpujob.controller.kube import ApiRefused, ApiUnavailable, KubeApi
+from tpujob.controller.kueue_workload import WorkloadReading, read_workload
 from tpujob.controller.log_source import (
     ReadLog,
     find_process_zero_container,
@@ -28,9 +31,11 @@ from tpujob.controller.log_source import (
 from tpujob.controller.metrics import OperatorMetrics
 from tpujob.controller.observe import (
     JobSetState,
+    Unscheduled,
     explain_failure,
     find_process_zero,
     read_container_exits,
+    read_unscheduled,
 )
 from tpujob.controller.progress import fetch_progress
 from tpujob.controller.settings import OperatorSettings
@@ -211,6 +216,7 @@ class Reconciler:
             if js.failed or js.restarts > prev.jobset_restarts:
                 failure = explain_failure(read_container_exits(pods))
             finals = read_final_timelines(pods)
+        workload, unscheduled = self._queue_and_placement(ns, name, js, prev, verdict)
         progress, problem = None, None
         if js.exists and js.all_ready and not js.suspended and not js.failed \
                 and not js.completed:
@@ -219,7 +225,32 @@ class Reconciler:
         return Observation(now=self.clock(), generation=int(meta.get("generation", 0)),
                            verdict=verdict, jobset=js, spec_matches=spec_matches,
                            changed_fields=changed, failure=failure, progress=progress,
-                           blocked=blocked, progress_problem=problem, finals=finals)
+                           blocked=blocked, progress_problem=problem, finals=finals,
+                           workload=workload, unscheduled=unscheduled)
+
+    def _queue_and_placement(self, ns: str, name: str, js: JobSetState,
+                             prev: TpuTrainingJobStatus, verdict: Verdict
+                             ) -> tuple[WorkloadReading | None, Unscheduled | None]:
+        """The JobSet's Kueue Workload, read while the job waits for Kueue or has not run yet
+        (a running job's eviction suspends its JobSet first); and its pods the scheduler has
+        not placed, read while not every host runs and the JobSet is old enough for them to
+        be flagged (spec.scheduling.unscheduledWarningSeconds)."""
+        if not js.exists or js.failed or js.completed:
+            return None, None
+        workload = None
+        admitted = prev.queue is not None and prev.queue.state == "Admitted"
+        if js.queue_name and js.uid and (js.suspended or not js.all_ready or not admitted):
+            found = self.kube.find_workload(ns, js.uid)
+            workload = read_workload(found) if found is not None else None
+        unscheduled = None
+        bound = DEFAULT_UNSCHEDULED_WARNING_SECONDS
+        if verdict.valid and verdict.job.spec.scheduling.unscheduled_warning_seconds is not None:
+            bound = verdict.job.spec.scheduling.unscheduled_warning_seconds
+        old_enough = js.created is None or \
+            (self.clock() - js.created).total_seconds() >= bound
+        if not js.suspended and not js.all_ready and bound > 0 and old_enough:
+            unscheduled = read_unscheduled(self.kube.list_pods(ns, name))
+        return workload, unscheduled
 
     # -- acting ----------------------------------------------------------------------------
     def _create_children(self, job: dict[str, Any], verdict: Verdict) -> dict[str, Any]:
@@ -255,6 +286,9 @@ class Reconciler:
                 self.kube.restart_jobs(ns, name)
             elif action == Action.RECREATE:
                 self.kube.delete_jobset(ns, name, obs.jobset.uid)
+            elif action == Action.SET_PRIORITY:
+                self.kube.set_jobset_label(ns, name, names.KUEUE_PRIORITY_LABEL,
+                                           obs.verdict.job.spec.scheduling.priority)
         return created
 
     # -- the whole pass --------------------------------------------------------------------
