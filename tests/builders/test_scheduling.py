@@ -127,6 +127,9 @@ KUEUE_OBJECT = [
         "queuedProvisioning": True, "maxRunDurationSeconds": 86400}}},
      {"kueue.x-k8s.io/queue-name": "team-a"},
      {"provreq.kueue.x-k8s.io/maxRunDurationSeconds": "86400"}),
+    (Q | {"maxRunSeconds": 3600},
+     {"kueue.x-k8s.io/queue-name": "team-a", "kueue.x-k8s.io/max-exec-time-seconds": "3600"},
+     {}),
 ]
 
 
@@ -215,6 +218,10 @@ def test_a_changed_priority_or_warning_bound_is_not_a_changed_spec():
 
 # (slice, slices, spec.scheduling, the field refused, words of the message)
 REFUSED = [
+    ("v6e-16", 1, {"maxRunSeconds": 60}, "spec.scheduling.maxRunSeconds",
+     "set spec.scheduling.queueName"),
+    ("v6e-16", 1, Q | {"maxRunSeconds": 0}, "spec.scheduling.maxRunSeconds",
+     "greater than or equal to 1"),
     ("v6e-16", 1, {"priority": "high"}, "spec.scheduling.priority",
      "set spec.scheduling.queueName"),
     ("v6e-16", 1, {"topology": {"level": "cloud.google.com/gce-topology-block"}},
@@ -314,6 +321,7 @@ def root_schema():
 
 # The cross-field refusals `kubectl apply` gives from the CRD's own rules, before the operator.
 CEL_REFUSED = [
+    ({"maxRunSeconds": 60}, "spec.scheduling.maxRunSeconds: Kueue reads it only"),
     ({"priority": "high"}, "spec.scheduling.priority: Kueue reads it only for a job in a queue"),
     ({"topology": {"level": "x"}}, "spec.scheduling.topology: Kueue reads it only"),
     ({"capacity": {"type": "FlexStart"}}, "flex-start capacity is obtained"),

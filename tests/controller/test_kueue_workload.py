@@ -20,7 +20,8 @@ NO_QUOTA = ("couldn't assign flavors to pod set slice: insufficient unused quota
             "google.com/tpu in flavor v6e-2x4, 8 more needed")
 NO_FLAVOR = "couldn't assign flavors to pod set slice: flavor v6e-2x4 doesn't match node affinity"
 TOO_BIG = ("couldn't assign flavors to pod set slice: insufficient quota for google.com/tpu in "
-           "flavor v6e-4x4, request > maximum capacity (32 > 16)")
+           "flavor v6e-4x4, previously considered podsets requests (0) + current podset "
+           "request (32) > maximum capacity (16)")
 PREEMPTION = ("Preempted to accommodate a workload (UID: ba4e, JobUID: 2c5c) due to "
               "prioritization in the ClusterQueue; preemptor path: /cluster-queue; preemptee "
               "path: /cluster-queue")
@@ -66,7 +67,7 @@ CASES = [
      "never admitted as LocalQueue tpus stands: no flavor of its ClusterQueue offers"),
     ("bigger-than-quota", workload(cond("QuotaReserved", False, "Pending", TOO_BIG)),
      QueueState.PENDING, QueueReason.EXCEEDS_MAX_QUOTA,
-     "request > maximum capacity (32 > 16); ask for a smaller slice"),
+     "> maximum capacity (16); ask for a smaller slice"),
     ("one-flavor-full-one-wrong", workload(cond(
         "QuotaReserved", False, "Pending", NO_FLAVOR + ", " + NO_QUOTA.split(": ", 1)[1])),
      QueueState.PENDING, QueueReason.WAITING_FOR_QUOTA, "8 more needed"),
@@ -74,6 +75,16 @@ CASES = [
         "QuotaReserved", False, "Pending", NO_QUOTA + ". Pending the preemption of 1 "
                                                       "workload(s)")),
      QueueState.PENDING, QueueReason.WAITING_FOR_PREEMPTED, "Pending the preemption of 1"),
+    ("topology-level-on-no-node", workload(cond(
+        "QuotaReserved", False, "Pending", "couldn't assign flavors to pod set slice: no "
+        "topology domains at level: cloud.google.com/gce-topology-block")),
+     QueueState.PENDING, QueueReason.TOPOLOGY_PLACEMENT_FAILED,
+     "Kueue cannot place the slice: no topology domains at level: "
+     "cloud.google.com/gce-topology-block"),
+    ("topology-level-not-in-the-topology", workload(cond(
+        "QuotaReserved", False, "Pending", "couldn't assign flavors to pod set slice: no "
+        "requested topology level: cloud.google.com/gke-nodepool")),
+     QueueState.PENDING, QueueReason.NO_MATCHING_FLAVOR, "no requested topology level"),
     ("topology", workload(cond(
         "QuotaReserved", False, "Pending", "couldn't assign flavors to pod set slice: topology "
         "\"default\" doesn't allow to fit any of 2 pod(s)")),

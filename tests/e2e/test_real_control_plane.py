@@ -172,10 +172,13 @@ def test_a_queued_job_waits_suspended_until_kueue_admits_it_then_runs(local, que
     local.wait_phase(first, "Running", timeout=90)
     # The quota holds one v6e-8: the second waits, its JobSet suspended, no pod made.
     local.apply(second, stand_in(sleeper, scheduling={"queueName": queue}))
-    job = local.wait_phase(second, "Queued", timeout=60)
+    job = local.wait(second, lambda s: s.get("reason") == "WaitingForQuota", timeout=60,
+                     message="the second job to wait for quota")
+    assert job["status"]["phase"] == "Queued"
     [running] = [c for c in job["status"]["conditions"] if c["type"] == "Running"]
     assert (running["status"], running["reason"]) == ("False", "Queued"), running
-    assert f"waiting for Kueue queue {queue} to admit it" in running["message"], running
+    assert running["message"].startswith(f"waiting in LocalQueue {queue}: insufficient unused "
+                                         "quota for google.com/tpu"), running
     jobset = local.cluster.api.get(JOBSETS, local.namespace, second)
     assert jobset["spec"]["suspend"] is True
     assert jobset["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == queue

@@ -207,7 +207,8 @@ class Topology(SparseApiModel):
 
 # Fields added after the first version: left out of every dump while unset, so that a job
 # without them hashes (tpujob.builders.fingerprint) exactly as before they existed.
-_ADDED_FIELDS = ("priority", "capacity", "topology", "unscheduled_warning_seconds")
+_ADDED_FIELDS = ("priority", "capacity", "topology", "unscheduled_warning_seconds",
+                 "max_run_seconds")
 DEFAULT_UNSCHEDULED_WARNING_SECONDS = 600
 
 
@@ -224,6 +225,8 @@ class Scheduling(ApiModel):
                  f"spec.scheduling.priority: {NEEDS_QUEUE}", ".priority"),
         cel_rule("!has(self.topology) || has(self.queueName)",
                  f"spec.scheduling.topology: {NEEDS_QUEUE}", ".topology"),
+        cel_rule("!has(self.maxRunSeconds) || has(self.queueName)",
+                 f"spec.scheduling.maxRunSeconds: {NEEDS_QUEUE}", ".maxRunSeconds"),
         cel_rule("!has(self.capacity) || self.capacity.type != 'FlexStart' || "
                  "has(self.queueName)", f"spec.scheduling.capacity: {FLEX_NEEDS_QUEUE}",
                  ".capacity"))}
@@ -244,6 +247,11 @@ class Scheduling(ApiModel):
                           "and the node pools give.")
     topology: Topology | None = Field(
         None, description="Kueue topology-aware placement of the hosts; needs queueName.")
+    max_run_seconds: int | None = Field(
+        None, ge=1, le=2**31 - 1,
+        description="Kueue's maximum execution time: seconds the job may run admitted, all "
+                    "admissions together; then Kueue deactivates its Workload, the pods are "
+                    "stopped and the job is not admitted again. Needs queueName.")
     unscheduled_warning_seconds: int | None = Field(
         None, ge=0, le=MAX_RUN_DURATION_SECONDS,
         description="Once the job may run (admitted by Kueue, or not queued), pods still not "
@@ -251,7 +259,7 @@ class Scheduling(ApiModel):
                     "PodsScheduled condition and a Warning Event with the scheduler's words. "
                     "Default 600; 0 turns the flag off. May change at any time.")
 
-    @field_validator("priority", "topology")
+    @field_validator("priority", "topology", "max_run_seconds")
     @classmethod
     def _kueue_fields_need_a_queue(cls, value: Any, info: ValidationInfo) -> Any:
         if value is not None and info.data.get("queue_name") is None:

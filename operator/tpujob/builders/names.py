@@ -21,6 +21,8 @@ KUEUE_QUEUE_LABEL = "kueue.x-k8s.io/queue-name"
 # Kueue v0.17.0: pkg/controller/constants/constants.go (WorkloadPriorityClassLabel,
 # ProvReqAnnotationPrefix) and apis/kueue/v1beta2/topology_types.go (the TAS annotations).
 KUEUE_PRIORITY_LABEL = "kueue.x-k8s.io/priority-class"
+# Kueue's maximum execution time (pkg/controller/constants/constants.go, MaxExecTimeSecondsLabel).
+KUEUE_MAX_EXEC_TIME_LABEL = "kueue.x-k8s.io/max-exec-time-seconds"
 KUEUE_PROVREQ_PREFIX = "provreq.kueue.x-k8s.io/"
 TAS_REQUIRED = "kueue.x-k8s.io/podset-required-topology"
 TAS_PREFERRED = "kueue.x-k8s.io/podset-preferred-topology"

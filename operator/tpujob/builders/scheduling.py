@@ -57,12 +57,15 @@ class PodPlacement:
 
 
 def build_jobset_labels(scheduling: Scheduling) -> dict[str, str]:
-    """Labels Kueue reads on the JobSet: its LocalQueue and its WorkloadPriorityClass."""
+    """Labels Kueue reads on the JobSet: its LocalQueue, its WorkloadPriorityClass and its
+    maximum execution time."""
     labels = {}
     if scheduling.queue_name:
         labels[names.KUEUE_QUEUE_LABEL] = scheduling.queue_name
     if scheduling.priority:
         labels[names.KUEUE_PRIORITY_LABEL] = scheduling.priority
+    if scheduling.max_run_seconds is not None:
+        labels[names.KUEUE_MAX_EXEC_TIME_LABEL] = str(scheduling.max_run_seconds)
     return labels
 
 

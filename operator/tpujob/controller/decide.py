@@ -409,7 +409,8 @@ def _flag_unscheduled(b: _Builder, spec: TpuTrainingJobSpec | None) -> bool:
         b.clear_if_present(ConditionType.PODS_SCHEDULED, "Scheduled")
         return False
     admitted = b.status.queue is not None and b.status.queue.state == "Admitted"
-    message = unscheduled_sentence(obs.unscheduled, admitted, obs.now)
+    hosts = b.status.slice.hosts if b.status.slice is not None else 0
+    message = unscheduled_sentence(obs.unscheduled, admitted, obs.now, hosts)
     before = find_condition(b.prev.conditions, ConditionType.PODS_SCHEDULED.value)
     if before is None or before.status != ConditionStatus.FALSE:
         b.event("Warning", UNSCHEDULABLE, message[:1024])

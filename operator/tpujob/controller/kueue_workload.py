@@ -8,7 +8,8 @@ Kueue v0.17 says why a workload waits in the `QuotaReserved` condition: reason `
 the message (`pkg/scheduler/flavorassigner/flavorassigner.go`: "insufficient unused quota for
 ... N more needed", "insufficient quota ... > maximum capacity", "flavor F doesn't match node
 affinity", "untolerated taint", "resource R unavailable in ClusterQueue";
-`pkg/cache/scheduler/tas_flavor_snapshot.go`: "topology T doesn't allow to fit";
+`pkg/cache/scheduler/tas_flavor_snapshot.go`: "topology T doesn't allow to fit", "no topology
+domains at level L" (no node has the level's label), "no requested topology level";
 `pkg/scheduler/scheduler.go`: "Pending the preemption of N workload(s)"). Later Kueue releases
 name these as reasons of their own (NoMatchingFlavor, ExceedsMaxQuota, WaitingForQuota,
 TopologyPlacementFailed, WaitingForPreemptedWorkloads, UnsatisfiedAdmissionChecks); the same
@@ -72,6 +73,10 @@ _PENDING_WORDS: tuple[tuple[str, QueueReason], ...] = (
     ("insufficient unused quota", QueueReason.WAITING_FOR_QUOTA),
     ("no longer fits after processing another workload", QueueReason.WAITING_FOR_QUOTA),
     ("doesn't allow to fit", QueueReason.TOPOLOGY_PLACEMENT_FAILED),
+    ("allows to fit only", QueueReason.TOPOLOGY_PLACEMENT_FAILED),
+    ("no topology domains at level", QueueReason.TOPOLOGY_PLACEMENT_FAILED),
+    ("no requested topology level", QueueReason.NO_MATCHING_FLAVOR),
+    ("does not support TopologyAwareScheduling", QueueReason.NO_MATCHING_FLAVOR),
     ("> maximum capacity", QueueReason.EXCEEDS_MAX_QUOTA),
     ("doesn't match node affinity", QueueReason.NO_MATCHING_FLAVOR),
     ("untolerated taint", QueueReason.NO_MATCHING_FLAVOR),

@@ -71,13 +71,18 @@ def queue_events(prev: QueueStatus | None, new: QueueStatus | None, now: datetim
     return events
 
 
-def unscheduled_sentence(found: Unscheduled, admitted: bool, now: datetime) -> str:
-    """"admitted by Kueue, 2 of 4 pods not scheduled for 10m: 0/8 nodes are available: ..." """
+def unscheduled_sentence(found: Unscheduled, admitted: bool, now: datetime,
+                         hosts: int = 0) -> str:
+    """"admitted by Kueue, 2 of 4 pods not scheduled for 10m: 0/8 nodes are available: ...":
+    of the job's `hosts` pods, those the scheduler has not placed and those not made yet (the
+    Job controller makes an indexed Job's pods in growing batches)."""
+    expected = max(hosts, found.of)
+    missing = found.pods + (expected - found.of)
     waited = int(max(0.0, (now - found.since).total_seconds()))
     minutes, seconds = divmod(waited, 60)
     age = f"{minutes}m{seconds:02d}s" if minutes else f"{seconds}s"
     head = "admitted by Kueue, " if admitted else ""
-    return (f"{head}{found.pods} of {found.of} pods not scheduled for {age} (pod {found.pod}): "
+    return (f"{head}{missing} of {expected} pods not scheduled for {age} (pod {found.pod}): "
             f"{found.message}")
 
 
