@@ -281,7 +281,6 @@ def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
                                         "running")
     if js.deleting:
         return b.finish(Phase.PENDING, "the previous JobSet is being deleted")
-    _follow_queue(b, spec)
     # The restart count survives a JobSet re-created after a spec change.
     baseline = prev.jobset_restarts if js.restarts >= prev.jobset_restarts else 0
     b.status.restarts = prev.restarts + (js.restarts - baseline)
@@ -320,6 +319,7 @@ def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
         b.clear_if_present(ConditionType.SPEC_APPLIED, "Applied")
         if find_condition(b.status.conditions, ConditionType.SPEC_APPLIED.value) is not None:
             b.set(ConditionType.SPEC_APPLIED, True, "Applied", "")
+    _follow_queue(b, spec)
     if js.completed:
         b.set(ConditionType.SUCCEEDED, True, "Completed", js.message or "every host finished")
         return b.finish(Phase.SUCCEEDED, "training finished")
@@ -358,7 +358,7 @@ def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
             message = find_condition(b.status.conditions,
                                      ConditionType.PODS_SCHEDULED.value).message
         return b.finish(phase, message)
-    b.clear_if_present(ConditionType.PODS_SCHEDULED, "Scheduled")
+    _mark_scheduled(b)
     if b.status.restarts > prev.restarts:
         # Seen only once every host already runs again: Restarting for this write at least.
         return b.finish(Phase.RESTARTING, f"restart {b.status.restarts}: every host is running "
@@ -406,7 +406,7 @@ def _flag_unscheduled(b: _Builder, spec: TpuTrainingJobSpec | None) -> bool:
     if spec is not None and spec.scheduling.unscheduled_warning_seconds is not None:
         bound = spec.scheduling.unscheduled_warning_seconds
     if not is_unscheduled_too_long(obs.unscheduled, obs.now, bound):
-        b.clear_if_present(ConditionType.PODS_SCHEDULED, "Scheduled")
+        _mark_scheduled(b)
         return False
     admitted = b.status.queue is not None and b.status.queue.state == "Admitted"
     hosts = b.status.slice.hosts if b.status.slice is not None else 0
@@ -416,6 +416,12 @@ def _flag_unscheduled(b: _Builder, spec: TpuTrainingJobSpec | None) -> bool:
         b.event("Warning", UNSCHEDULABLE, message[:1024])
     b.set(ConditionType.PODS_SCHEDULED, False, UNSCHEDULABLE, message)
     return True
+
+
+def _mark_scheduled(b: _Builder) -> None:
+    """A PodsScheduled flag raised before turns True once the pods are placed."""
+    if find_condition(b.status.conditions, ConditionType.PODS_SCHEDULED.value) is not None:
+        b.set(ConditionType.PODS_SCHEDULED, True, "Scheduled", "")
 
 
 def _supervise(b: _Builder, spec: TpuTrainingJobSpec | None) -> Decision:
