@@ -91,7 +91,8 @@ CASES = [
      QueueState.PENDING, QueueReason.TOPOLOGY_PLACEMENT_FAILED, "Kueue cannot place the slice"),
     ("admitted", workload(RESERVED, cond("Admitted", True, "Admitted", "The workload is admitted",
                                          T1), admission=ADMISSION),
-     QueueState.ADMITTED, QueueReason.ADMITTED, "The workload is admitted"),
+     # Seen by a Queued job only when read before Kueue wrote the eviction: no stale words.
+     QueueState.ADMITTED, QueueReason.ADMITTED, "waiting for Kueue LocalQueue tpus to admit it"),
     ("check-pending", workload(RESERVED, admission=ADMISSION, admissionChecks=[
         {"name": "dws-prov", "state": "Pending", "message": "Waiting for resources"}]),
      QueueState.QUOTA_RESERVED, QueueReason.ADMISSION_CHECKS,

@@ -332,6 +332,14 @@ def test_a_jobset_deleted_by_hand_is_created_again(c, kube):
      {"phase": "Running"}),
     ({"phase": "Invalid", "failure": {"reason": "InvalidSlice"}}, {"phase": "Starting"},
      {"phase": "Starting", "failure": None}),
+    # Nested objects merge on the server: a nested key that went away is sent as null.
+    ({"queue": {"state": "Admitted", "clusterQueue": "cq", "flavors": {"google.com/tpu": "f"}}},
+     {"queue": {"state": "Preempted", "flavors": {}}},
+     {"queue": {"state": "Preempted", "clusterQueue": None, "flavors": {"google.com/tpu": None}}}),
+    ({"progress": {"step": 5, "loss": 2.5}}, {"progress": {"step": 5}},
+     {"progress": {"loss": None}}),
+    ({"queue": {"admissionChecks": [{"name": "a"}]}}, {"queue": {"admissionChecks": []}},
+     {"queue": {"admissionChecks": []}}),
 ])
 def test_the_status_patch_holds_changes_and_nulls(prev, new, patch):
     assert _status_patch(prev, new) == patch

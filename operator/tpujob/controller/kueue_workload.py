@@ -247,6 +247,8 @@ def describe_wait(reading: WorkloadReading) -> str:
         before = ("preempted by a higher-priority workload; " if cause == "Preempted"
                   else f"evicted by Kueue ({cause}); ")
     r = reading.reason
+    if not reading.waiting:   # read before Kueue wrote the eviction that suspended the JobSet
+        return f"waiting for Kueue {queue} to admit it"
     if r == QueueReason.QUEUE_NOT_FOUND:
         return (f"not admitted: {words}; create the LocalQueue in the job's namespace or set "
                 "spec.scheduling.queueName to one that exists")

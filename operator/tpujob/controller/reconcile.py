@@ -58,8 +58,18 @@ class Outcome:
 
 
 def _status_patch(prev: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
-    """A merge patch from prev to new: changed keys, and null for the ones that went away."""
-    patch: dict[str, Any] = {k: v for k, v in new.items() if prev.get(k) != v}
+    """A JSON merge patch (RFC 7386) from prev to new: changed keys, null for the ones that
+    went away, at every depth (a merge patch merges objects, so a key left out of a nested
+    object would keep its old value on the server; lists are replaced whole)."""
+    patch: dict[str, Any] = {}
+    for key, value in new.items():
+        before = prev.get(key)
+        if isinstance(value, dict) and isinstance(before, dict):
+            inner = _status_patch(before, value)
+            if inner:
+                patch[key] = inner
+        elif before != value:
+            patch[key] = value
     patch.update({k: None for k in prev if k not in new})
     return patch
 
