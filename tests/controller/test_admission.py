@@ -34,6 +34,19 @@ def job(phase=None, **spec):
     (job(image="trainer:2"), job("Succeeded"), None),
     (job(stallTimeoutSeconds=5, suspend=False), job("Running"), None),
     (job(restartPolicy={"maxRestarts": 9}), job("Starting"), "spec.restartPolicy"),
+    # Kueue's priority: changed on a running job (the operator patches the label), never
+    # added to or removed from one (Kueue refuses both).
+    (job(scheduling={"queueName": "q", "priority": "high"}),
+     job("Running", scheduling={"queueName": "q", "priority": "low"}), None),
+    (job(scheduling={"queueName": "q", "priority": "high"}),
+     job("Running", scheduling={"queueName": "q"}), "spec.scheduling.priority cannot be added"),
+    (job(scheduling={"queueName": "q"}),
+     job("Running", scheduling={"queueName": "q", "priority": "low"}),
+     "spec.scheduling.priority cannot be removed"),
+    (job(scheduling={"queueName": "q", "priority": "high"}),
+     job("Queued", scheduling={"queueName": "q"}), None),
+    (job(scheduling={"queueName": "q", "unscheduledWarningSeconds": 60}),
+     job("Starting", scheduling={"queueName": "q"}), None),
 ])
 def test_review(new, old, refused_with):
     verdict = review(copy.deepcopy(new), copy.deepcopy(old) if old else None)

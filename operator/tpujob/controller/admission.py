@@ -31,6 +31,14 @@ def review(new: dict[str, Any], old: dict[str, Any] | None = None) -> str | None
         return None
     if old_spec.suspend:
         return None
+    before, after = old_spec.scheduling.priority, new_spec.scheduling.priority
+    if before != after and (before is None or after is None):
+        # Kueue changes a running job's WorkloadPriorityClass, but refuses adding one to an
+        # admitted job and removing one (its jobframework ValidateUpdateForWorkloadPriorityClassName).
+        return (f"spec.scheduling.priority cannot be {'added' if before is None else 'removed'} "
+                f"while the job is {phase} (Kueue refuses it for an admitted job); "
+                + ("set spec.suspend to true in the same change" if before is None else
+                   "set it to another WorkloadPriorityClass"))
     changed = changed_fields(new_spec, encode_fingerprint(old_spec))
     if not changed:
         return None
