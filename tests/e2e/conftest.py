@@ -122,6 +122,16 @@ def steps(path: Path) -> dict[int, float]:
     return {e["step"]: e["loss"] for e in json_lines(path) if e.get("event") == "step"}
 
 
+def resumed_steps(local: Local, name: str) -> tuple[dict[int, float], dict[int, float], int]:
+    """Host 0's two runs of a job that resumed once: (step -> loss before, after, the step
+    the second run restored)."""
+    first, second = local.logs(name)
+    restored = [e["step"] for e in json_lines(second)
+                if e["event"] == "memory" and e.get("phase") == "after_restore"]
+    assert len(restored) == 1, restored
+    return steps(first), steps(second), restored[0]
+
+
 def is_alive(pid: int) -> bool:
     try:
         with open(f"/proc/{pid}/stat") as f:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.e2e.conftest import TINY, json_lines, stand_in, steps, unique
+from tests.e2e.conftest import TINY, resumed_steps, stand_in, steps, unique
 from tests.e2e.test_kueue_queues import Queues, event, namespace  # noqa: F401 (fixture)
 from tests.support.apiserver import wait_for
 from tpujob_trainer.checkpoint import StepDirs
@@ -61,12 +61,7 @@ def test_a_preempted_training_job_resumes_from_its_checkpoint_with_an_uninterrup
         assert status["progress"]["step"] == TOTAL
 
         # Host 0 ran twice: up to the preemption, then from the checkpoint it left.
-        first, second = local.logs(name)
-        before, after = steps(first), steps(second)
-        restored = [e["step"] for e in json_lines(second)
-                    if e["event"] == "memory" and e.get("phase") == "after_restore"]
-        assert len(restored) == 1
-        resume_from = restored[0]
+        before, after, resume_from = resumed_steps(local, name)
         assert resume_from <= max(before) < TOTAL
         assert sorted(after) == list(range(resume_from + 1, TOTAL + 1))
         assert after == {s: uninterrupted[s] for s in after}

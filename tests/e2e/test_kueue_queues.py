@@ -214,13 +214,20 @@ def test_a_job_waits_for_quota_then_is_admitted_and_a_job_deleted_while_queued_f
     assert done["goodput"]["queuedSeconds"] > 0
 
 
-def test_a_higher_priority_preempts_and_the_preempted_job_runs_again_after(local, kueue):
-    flavor = kueue.flavor("2x4")
-    lq = kueue.queue({flavor: 8})
+def running_low(local: Local, kueue: Queues, prefix: str) -> tuple[str, str, str, str]:
+    """A queue of one v6e-8's quota, priorities low and high, and a low job running in it:
+    (LocalQueue, low, high, the job)."""
+    lq = kueue.queue({kueue.flavor("2x4"): 8})
     low, high = kueue.priority("low", 100), kueue.priority("high", 1000)
-    victim, urgent = unique("low"), unique("high")
-    local.apply(victim, job(lq, priority=low))
-    local.wait_phase(victim, "Running", timeout=90)
+    name = unique(prefix)
+    local.apply(name, job(lq, priority=low))
+    local.wait_phase(name, "Running", timeout=90)
+    return lq, low, high, name
+
+
+def test_a_higher_priority_preempts_and_the_preempted_job_runs_again_after(local, kueue):
+    lq, low, high, victim = running_low(local, kueue, "low")
+    urgent = unique("high")
     local.apply(urgent, job(lq, "import time; time.sleep(5)", priority=high))
     status = local.wait(victim, lambda s: (s.get("queue") or {}).get("state") == "Preempted",
                         timeout=90, message="the preemption")["status"]
@@ -239,12 +246,8 @@ def test_a_higher_priority_preempts_and_the_preempted_job_runs_again_after(local
 
 
 def test_a_priority_raised_while_queued_moves_the_same_workload_ahead(local, kueue):
-    flavor = kueue.flavor("2x4")
-    lq = kueue.queue({flavor: 8})
-    low, high = kueue.priority("low", 100), kueue.priority("high", 1000)
-    running, waiting = unique("run"), unique("wait")
-    local.apply(running, job(lq, priority=low))
-    local.wait_phase(running, "Running", timeout=90)
+    lq, low, high, running = running_low(local, kueue, "run")
+    waiting = unique("wait")
     local.apply(waiting, job(lq, priority=low))
     wait_reason(local, waiting, "WaitingForQuota")
     jobset_uid = local.cluster.api.get(JOBSETS, local.namespace, waiting)["metadata"]["uid"]

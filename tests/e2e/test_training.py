@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import TINY, json_lines, steps, unique
+from tests.e2e.conftest import TINY, json_lines, resumed_steps, steps, unique
 from tests.support.apiserver import wait_for
 from tpujob_trainer.checkpoint import StepDirs
 
@@ -100,12 +100,7 @@ def test_a_killed_host_is_restarted_and_resumes_from_its_checkpoint(local, refer
     assert "Restarting" in reasons, reasons
 
     # Host 0 ran twice: the first run up to the kill, the second from a checkpoint.
-    first, second = local.logs(name)
-    before, after = steps(first), steps(second)
-    restored = [e["step"] for e in json_lines(second)
-                if e["event"] == "memory" and e.get("phase") == "after_restore"]
-    assert len(restored) == 1
-    resume_from = restored[0]
+    before, after, resume_from = resumed_steps(local, name)
     assert resume_from in saved and resume_from % every == 0 and resume_from >= every
     assert max(before) > resume_from >= min(before)
     # The step counter continues from the checkpoint, and the losses are an uninterrupted run's.

@@ -15,6 +15,8 @@ from tests.support.apiserver import wait_for
 pytestmark = pytest.mark.integration
 
 WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads"
+NO_QUOTA = ("couldn't assign flavors to pod set slice: insufficient unused quota for "
+            "google.com/tpu in flavor v6e-4x4, 16 more needed")
 PREEMPTION = ("Preempted to accommodate a workload (UID: ba4e, JobUID: 2c5c) due to "
               "prioritization in the ClusterQueue")
 
@@ -45,16 +47,20 @@ def queue_of(c, job: str) -> dict:
     return (c.job(job).get("status") or {}).get("queue") or {}
 
 
+def queued_with_workload(c, prefix: str, message: str) -> tuple[str, str]:
+    """A queued job and a Workload for its JobSet, Pending with Kueue's `message`."""
+    job = prefix + secrets.token_hex(2)
+    c.create_job(job, scheduling={"queueName": "tpus"})
+    c.wait_phase(job, "Queued")
+    wl = make_workload(c, job)
+    set_workload_status(c, wl, conditions=[cond("QuotaReserved", False, "Pending", message)])
+    return job, wl
+
+
 def test_the_queue_status_follows_the_workload_through_admission_and_preemption(fresh):
     operator = start_operator(fresh, resync_interval_s=3600.0)
     try:
-        job = "q-" + secrets.token_hex(2)
-        fresh.create_job(job, scheduling={"queueName": "tpus"})
-        fresh.wait_phase(job, "Queued")
-        wl = make_workload(fresh, job)
-        set_workload_status(fresh, wl, conditions=[cond(
-            "QuotaReserved", False, "Pending", "couldn't assign flavors to pod set slice: "
-            "insufficient unused quota for google.com/tpu in flavor v6e-4x4, 16 more needed")])
+        job, wl = queued_with_workload(fresh, "q-", NO_QUOTA)
         wait_for(lambda: queue_of(fresh, job).get("reason") == "WaitingForQuota", timeout=20,
                  message="the waiting reason from the Workload")
         status = fresh.job(job)["status"]
@@ -76,9 +82,7 @@ def test_the_queue_status_follows_the_workload_through_admission_and_preemption(
                  message="an Admitted Event")
 
         set_workload_status(fresh, wl, admission=None, conditions=[
-            cond("QuotaReserved", False, "Pending", "couldn't assign flavors to pod set slice: "
-                 "insufficient unused quota for google.com/tpu in flavor v6e-4x4, 16 more "
-                 "needed"),
+            cond("QuotaReserved", False, "Pending", NO_QUOTA),
             cond("Evicted", True, "Preempted", PREEMPTION),
             cond("Preempted", True, "InClusterQueue", PREEMPTION)],
             schedulingStats={"evictions": [{"reason": "Preempted", "count": 1}]})
@@ -97,14 +101,9 @@ def test_the_queue_status_follows_the_workload_through_admission_and_preemption(
 def test_a_job_kueue_can_never_admit_says_so_at_once(fresh):
     operator = start_operator(fresh, resync_interval_s=3600.0)
     try:
-        job = "big-" + secrets.token_hex(2)
-        fresh.create_job(job, scheduling={"queueName": "tpus"})
-        fresh.wait_phase(job, "Queued")
-        wl = make_workload(fresh, job)
-        set_workload_status(fresh, wl, conditions=[cond(
-            "QuotaReserved", False, "Pending", "couldn't assign flavors to pod set slice: "
-            "insufficient quota for google.com/tpu in flavor v6e-4x4, request > maximum "
-            "capacity (16 > 8)")])
+        job, _ = queued_with_workload(
+            fresh, "big-", "couldn't assign flavors to pod set slice: insufficient quota for "
+            "google.com/tpu in flavor v6e-4x4, request > maximum capacity (16 > 8)")
         wait_for(lambda: fresh.job(job)["status"].get("reason") == "ExceedsMaxQuota",
                  timeout=20, message="the never-admitted reason")
         wait_for(lambda: "ExceedsMaxQuota" in fresh.event_reasons(job), timeout=20,
