@@ -155,6 +155,7 @@ MODULES: dict[str, list[str]] = {
     "operator/tpujob/local/apiserver/schema.py": ["tests/apiserver/test_schema_unit.py"],
     "operator/tpujob/local/cache.py": ["tests/controlplane/test_build_unit.py"],
     "operator/tpujob/local/executor/nodes.py": ["tests/executor/test_nodes_unit.py"],
+    "operator/tpujob/local/executor/provisioner.py": ["tests/executor/test_provisioner_unit.py"],
     **{f"operator/tpujob/local/executor/{name}.py": ["tests/executor/test_policies_unit.py"]
        for name in ("failure_policy", "jobset_children", "jobset_status", "jobset_controller")},
     "operator/tpujob/local/executor/container_env.py": ["tests/executor/test_podenv_unit.py"],

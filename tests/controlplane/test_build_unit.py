@@ -56,7 +56,7 @@ def _fake_build(directory, pins=None):
         path = directory / "bin" / name
         path.write_text("#!/bin/sh\n")
         path.chmod(0o755)
-    for name, items in build.SHARED.items():
+    for name, (_, items) in build.SHARED.items():
         for item in items:
             (directory / "share" / name).mkdir(parents=True, exist_ok=True)
             (directory / "share" / name / os.path.basename(item)).write_text("x")
@@ -72,8 +72,7 @@ def test_a_finished_build_with_todays_pins_is_found_and_nothing_is_built(tmp_pat
     assert build.is_built()
 
 
-@pytest.mark.parametrize("damage", ["other pins", "a program missing", "a manifest missing",
-                                    "no record"])
+@pytest.mark.parametrize("damage", ["other pins", "a program missing", "no record"])
 def test_a_build_that_is_not_whole_is_not_taken(tmp_path, monkeypatch, damage):
     monkeypatch.setenv("TPUJOB_CACHE_DIR", str(tmp_path))
     directory = build.build_dir()
@@ -81,8 +80,6 @@ def test_a_build_that_is_not_whole_is_not_taken(tmp_path, monkeypatch, damage):
                 if damage == "other pins" else None)
     if damage == "a program missing":
         (directory / "bin" / "etcd").unlink()
-    elif damage == "a manifest missing":
-        (directory / "share" / "kueue" / "manifests.yaml").unlink()
     elif damage == "no record":
         (directory / build.MARKER).unlink()
     assert build.read_marker(directory) is None
@@ -93,3 +90,20 @@ def test_the_build_folder_is_named_after_the_pins(tmp_path, monkeypatch):
     first = build.build_dir()
     monkeypatch.setattr(build, "PINS", {**build.PINS, "sigs.k8s.io/jobset": "v0.13.0"})
     assert build.build_dir() != first and build.build_dir().parent == tmp_path
+
+
+def test_a_manifest_missing_is_copied_again_without_building(tmp_path, monkeypatch):
+    monkeypatch.setenv("TPUJOB_CACHE_DIR", str(tmp_path))
+    directory = build.build_dir()
+    _fake_build(directory)
+    (directory / "share" / "provisioning" /
+     "autoscaling.x-k8s.io_provisioningrequests.yaml").unlink()
+    assert build.read_marker(directory) is not None
+    assert build.missing_shared(directory) == [
+        "provisioning/autoscaling.x-k8s.io_provisioningrequests.yaml"]
+    copied = []
+    monkeypatch.setattr(build, "_build", lambda *a: pytest.fail("built again"))
+    monkeypatch.setattr(build, "_copy_shared", lambda d, go, env, progress: copied.append(d))
+    monkeypatch.setattr(build.shutil, "which", lambda name: "/usr/bin/go")
+    build.ensure_built()
+    assert copied == [directory]

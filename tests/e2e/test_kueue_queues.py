@@ -27,6 +27,10 @@ LOCAL_QUEUES = Resource(KUEUE, "v1beta2", "localqueues")
 WORKLOADS = Resource(KUEUE, "v1beta2", "workloads")
 PRIORITIES = Resource(KUEUE, "v1beta2", "workloadpriorityclasses")
 TOPOLOGIES = Resource(KUEUE, "v1beta2", "topologies")
+ADMISSION_CHECKS = Resource(KUEUE, "v1beta2", "admissionchecks")
+PROVISIONING_CONFIGS = Resource(KUEUE, "v1beta2", "provisioningrequestconfigs")
+PROVISIONING_REQUESTS = Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests")
+CONFIGMAPS = Resource("", "v1", "configmaps")
 NAMESPACES = Resource("", "v1", "namespaces")
 V6E = "tpu-v6e-slice"
 SLEEP = "import time; time.sleep(600)"
@@ -56,12 +60,33 @@ class Queues:
         return self._create(PRIORITIES, None, {"kind": "WorkloadPriorityClass", "metadata": {
             "name": unique(name)}, "value": value})
 
-    def queue(self, quotas: dict[str, int]) -> str:
+    def provisioning_check(self) -> str:
+        """An AdmissionCheck of Kueue's ProvisioningRequest controller, configured as xpk's
+        `dws-prov` (class queued-provisioning.gke.io, the request's name as the pods' node
+        selector), retrying a failed or expired request after 4 s instead of 60 (long enough
+        for the status to be seen saying so)."""
+        config = self._create(PROVISIONING_CONFIGS, None, {
+            "kind": "ProvisioningRequestConfig", "metadata": {"name": unique("dws-config")},
+            "spec": {"provisioningClassName": "queued-provisioning.gke.io",
+                     "managedResources": ["google.com/tpu"],
+                     "retryStrategy": {"backoffLimitCount": 3, "backoffBaseSeconds": 4,
+                                       "backoffMaxSeconds": 8},
+                     "podSetUpdates": {"nodeSelector": [{
+                         "key": "autoscaling.gke.io/provisioning-request",
+                         "valueFromProvisioningClassDetail": "ResizeRequestName"}]}}})
+        return self._create(ADMISSION_CHECKS, None, {
+            "kind": "AdmissionCheck", "metadata": {"name": unique("dws-prov")},
+            "spec": {"controllerName": "kueue.x-k8s.io/provisioning-request", "parameters": {
+                "apiGroup": KUEUE, "kind": "ProvisioningRequestConfig", "name": config}}})
+
+    def queue(self, quotas: dict[str, int], checks: tuple[str, ...] = ()) -> str:
         """A ClusterQueue with `google.com/tpu` quota per flavor (preempting lower priorities
         within it, as xpk's does), and a LocalQueue of the test's namespace for it."""
         cq = self._create(CLUSTER_QUEUES, None, {"kind": "ClusterQueue", "metadata": {
             "name": unique("cq")}, "spec": {
                 "namespaceSelector": {},
+                **({"admissionChecksStrategy": {"admissionChecks": [
+                    {"name": c} for c in checks]}} if checks else {}),
                 "preemption": {"withinClusterQueue": "LowerPriority"},
                 "resourceGroups": [{"coveredResources": ["google.com/tpu"], "flavors": [
                     {"name": f, "resources": [{"name": "google.com/tpu", "nominalQuota": q}]}
@@ -354,3 +379,52 @@ def test_a_job_without_a_queue_is_not_kueues(local, kueue):
     status = local.wait_phase(name, "Succeeded", "Failed", timeout=120)["status"]
     assert status["phase"] == "Succeeded" and "queue" not in status
     assert workload_of(local, name) is None
+
+
+def script_provisioning(local: Local, job_name: str, outcomes: str) -> None:
+    """What local mode's stand-in provisioner answers each attempt of the job's request."""
+    api, ns = local.cluster.api, local.namespace
+    body = {"apiVersion": "v1", "kind": "ConfigMap",
+            "metadata": {"name": "tpujob-local-provisioning", "namespace": ns},
+            "data": {job_name: outcomes}}
+    try:
+        api.create(CONFIGMAPS, ns, body)
+    except ApiError as err:
+        assert err.status == 409, err
+        api.patch(CONFIGMAPS, ns, "tpujob-local-provisioning", {"data": {job_name: outcomes}})
+
+
+@pytest.mark.parametrize("outcomes, says", [
+    ("Failed,Provisioned", "Retrying after failure: no capacity for "),
+    ("BookingExpired,Provisioned", "Retrying after booking expired: the booking of "),
+])
+def test_flex_start_capacity_that_fails_or_expires_is_retried_then_runs(local, kueue, outcomes,
+                                                                         says):
+    check = kueue.provisioning_check()
+    lq = kueue.queue({kueue.flavor("2x4"): 8}, checks=(check,))
+    name = unique("flex")
+    script_provisioning(local, name, outcomes)
+    local.apply(name, job(lq, "print('done')", capacity={
+        "type": "FlexStart", "flexStart": {"queuedProvisioning": True,
+                                           "maxRunDurationSeconds": 3600}}))
+    # The first request's answer, as Kueue words it in the admission check: the job waits with
+    # quota reserved, and says why.
+    status = local.wait(name, lambda s: says in running_message(s) or s.get("phase") in (
+        "Running", "Succeeded"), timeout=90, message="the retry in the status")["status"]
+    assert says in running_message(status), status
+    assert status["reason"] in ("UnsatisfiedAdmissionChecks",), status
+    [state] = status["queue"]["admissionChecks"]
+    assert state["name"] == check and state["state"] in ("Retry", "Pending"), state
+    done = local.wait_phase(name, "Succeeded", "Failed", timeout=150)["status"]
+    assert done["phase"] == "Succeeded", done
+    requests, _ = local.cluster.api.list(PROVISIONING_REQUESTS, local.namespace)
+    mine = sorted(r["metadata"]["name"] for r in requests
+                  if r["metadata"]["name"].startswith(workload_of(local, name)["metadata"]["name"]))
+    # Kueue deletes the failed (or expired) attempt's request when it makes the next one.
+    assert [m.rsplit("-", 1)[1] for m in mine] == ["2"], mine
+    second = next(r for r in requests if r["metadata"]["name"] == mine[0])
+    assert second["spec"]["provisioningClassName"] == "queued-provisioning.gke.io"
+    assert second["spec"]["parameters"] == {"maxRunDurationSeconds": "3600"}
+    pods = local.pods(name)
+    assert {p["spec"]["nodeSelector"]["autoscaling.gke.io/provisioning-request"]
+            for p in pods} == {mine[0]}, "the pods go to the provisioned nodes"

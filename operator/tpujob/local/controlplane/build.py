@@ -53,9 +53,18 @@ INSTALLS = {  # binary name -> (module, main package)
 BINARIES = (*KUBE_PROGRAMS, "etcd", *INSTALLS)
 MARKER = "built.json"
 LAYOUT = 2   # what a build folder holds; a change builds a new folder
-# Manifests a program needs at run time, copied from its module into `share/<name>/` (the
-# module cache may be cleaned): Kueue's CRDs and its webhook configurations.
-SHARED = {"kueue": ("config/components/crd/bases", "config/components/webhook/manifests.yaml")}
+# Manifests the control plane needs at run time, copied from a module into `share/<name>/`
+# (the module cache may be cleaned): Kueue's CRDs and its webhook configurations, and the
+# ProvisioningRequest CRD of the cluster-autoscaler API module at the version Kueue requires
+# (Kueue starts its provisioning admission check only when that kind is served). Each module is
+# resolved in Kueue's build folder, so its version is the one Kueue was built against.
+SHARED = {
+    "kueue": ("sigs.k8s.io/kueue", ("config/components/crd/bases",
+                                    "config/components/webhook/manifests.yaml")),
+    "provisioning": ("k8s.io/autoscaler/cluster-autoscaler/apis",
+                     ("config/crd/autoscaling.x-k8s.io_provisioningrequests.yaml",)),
+}
+SHARED_FROM = "kueue"   # the build folder (src-<name>) the shared modules are resolved in
 
 ETCD_MAIN = """package main
 
@@ -124,10 +133,14 @@ def read_marker(directory: Path) -> dict | None:
         return None
     if not all(os.access(directory / "bin" / name, os.X_OK) for name in BINARIES):
         return None
-    if not all((directory / "share" / name / Path(item).name).exists()
-               for name, items in SHARED.items() for item in items):
-        return None
     return marker
+
+
+def missing_shared(directory: Path) -> list[str]:
+    """The shared manifests a finished build folder lacks (a build made before one was
+    listed, or one deleted): copied without building anything again."""
+    return [f"{name}/{Path(item).name}" for name, (_, items) in SHARED.items() for item in items
+            if not (directory / "share" / name / Path(item).name).exists()]
 
 
 def shared(name: str, item: str) -> Path:
@@ -148,27 +161,50 @@ def ensure_built(progress=None) -> dict[str, Path]:
     """The programs' paths, building what is missing first (minutes the first time on a
     machine; nothing once built). `progress(str)` hears each step."""
     directory = build_dir()
-    if read_marker(directory):
+    if read_marker(directory) and not missing_shared(directory):
         return binaries(directory)
     directory.parent.mkdir(parents=True, exist_ok=True)
     with locked(directory.with_name(directory.name + ".lock")):
         if read_marker(directory):
+            if missing_shared(directory):
+                go, env = _go_env(directory)
+                _copy_shared(directory, go, env, progress or (lambda _: None))
             return binaries(directory)
         _build(directory, progress or (lambda _: None))
     return binaries(directory)
 
 
-def _build(directory: Path, progress) -> None:
+def _go_env(directory: Path) -> tuple[str, dict[str, str]]:
     go = shutil.which("go")
     if go is None:
         raise BuildError("the real control plane is built with Go (1.25 or newer), and `go` "
                          "is not on PATH")
+    flags = " ".join(f for f in (os.environ.get("GOFLAGS", ""), "-trimpath", "-mod=mod") if f)
+    return go, {**os.environ, "GOFLAGS": flags, "GOBIN": str(directory / "bin")}
+
+
+def _copy_shared(directory: Path, go: str, env: dict[str, str], progress) -> None:
+    """Copy each shared manifest from its module, resolved (and downloaded if the module
+    cache lost it) in the build folder of `SHARED_FROM`."""
+    folder = directory / f"src-{SHARED_FROM}"
+    for name, (module, items) in SHARED.items():
+        progress(f"copying the manifests of {module}")
+        info = json.loads(_go([go, "mod", "download", "-json", module], folder, env, module))
+        for item in items:
+            source, dest = Path(info["Dir"]) / item, directory / "share" / name / Path(item).name
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            if source.is_dir():
+                shutil.copytree(source, dest, dirs_exist_ok=True)
+            else:
+                shutil.copyfile(source, dest)
+
+
+def _build(directory: Path, progress) -> None:
+    go, env = _go_env(directory)
     started = time.monotonic()
     src, bin_dir = directory / "src", directory / "bin"
     (src / "etcd").mkdir(parents=True, exist_ok=True)
     bin_dir.mkdir(parents=True, exist_ok=True)
-    flags = " ".join(f for f in (os.environ.get("GOFLAGS", ""), "-trimpath", "-mod=mod") if f)
-    env = {**os.environ, "GOFLAGS": flags, "GOBIN": str(bin_dir)}
     timings: dict[str, float] = {}
 
     kube = f"k8s.io/kubernetes@{PINS['k8s.io/kubernetes']}"
@@ -200,17 +236,8 @@ def _build(directory: Path, progress) -> None:
         _go([go, "get", target], folder, env, target)
         _go([go, "build", "-ldflags=-s -w", "-o", str(bin_dir / name), package], folder, env,
             target)
-        if name in SHARED:
-            module_dir = Path(_go([go, "list", "-m", "-f", "{{.Dir}}", module], folder, env,
-                                  target).strip())
-            for item in SHARED[name]:
-                source, dest = module_dir / item, directory / "share" / name / Path(item).name
-                dest.parent.mkdir(parents=True, exist_ok=True)
-                if source.is_dir():
-                    shutil.copytree(source, dest, dirs_exist_ok=True)
-                else:
-                    shutil.copyfile(source, dest)
         timings[name] = round(time.monotonic() - t0, 1)
+    _copy_shared(directory, go, env, progress)
     etcd_version = _go([go, "list", "-m", "-f", "{{.Version}}", "go.etcd.io/etcd/server/v3"],
                        src, env, "etcd version").strip()
     marker = {"pins": PINS, "etcd": etcd_version, "go": _go([go, "env", "GOVERSION"], src, env,

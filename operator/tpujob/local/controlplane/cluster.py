@@ -29,7 +29,7 @@ from tpujob.local.apiserver.embedded import bundled_crd_paths
 from tpujob.local.apiserver.kubeconfig import write_kubeconfig
 from tpujob.local.executor.client import JOBSETS, ApiError, KubeApi, Resource
 
-from . import build, components
+from . import build, components, kueue_setup
 from .pki import Pki, build_pki
 from .processes import Component, ComponentError, free_port, is_tls_listening
 
@@ -45,6 +45,8 @@ WEBHOOKS = {"Mutating": Resource("admissionregistration.k8s.io", "v1",
 TPUJOBS = Resource("tpujob.dev", "v1alpha1", "tputrainingjobs")
 KUEUE_KINDS = tuple(Resource("kueue.x-k8s.io", "v1beta2", plural) for plural in (
     "clusterqueues", "localqueues", "resourceflavors", "workloads"))
+PROVISIONING_REQUESTS = Resource("autoscaling.x-k8s.io", "v1", "provisioningrequests")
+PROVISIONING_CRD = "autoscaling.x-k8s.io_provisioningrequests.yaml"
 RELEASE, RELEASE_NAMESPACE = "tpujob", "tpujob-system"
 CHART = Path(__file__).resolve().parents[4] / "charts" / "tpujob"
 START_TIMEOUT_S = 120.0
@@ -54,9 +56,11 @@ class RealControlPlane:
     """The programs of a real control plane over `workdir/control-plane`; `start()` returns
     once each answers and the operator's identity exists; `stop()` stops them all."""
 
-    def __init__(self, workdir: Path, chart: Path = CHART) -> None:
+    def __init__(self, workdir: Path, chart: Path = CHART,
+                 queue_slices: int = kueue_setup.SLICES_PER_SHAPE) -> None:
         self.root = Path(workdir).resolve() / "control-plane"
         self.chart = chart
+        self.queue_slices = queue_slices   # cluster-queue's quota, in slices of each shape
         self.components: list[Component] = []
         self.pki: Pki | None = None
         self.ports: components.Ports | None = None
@@ -182,10 +186,15 @@ class RealControlPlane:
 
     def _start_kueue(self, program: Path, kubeconfigs: dict[str, Path], ca_bundle: str,
                      logs: Path) -> None:
-        """Kueue: its CRDs, the controller, and its webhooks (JobSet's and its own kinds')."""
+        """Kueue: its CRDs, the controller, and its webhooks (JobSet's and its own kinds').
+        The ProvisioningRequest kind (GKE's cluster autoscaler serves it on a cluster) is made
+        first: Kueue sets up its provisioning admission check only when the kind is served at
+        its start (`ServerSupportsProvisioningRequest` in its cmd/kueue/main.go); local mode's
+        stand-in provisioner answers the requests (tpujob.local.executor.provisioner)."""
         assert self.pki is not None and self.ports is not None
         self._create_crds(sorted(build.shared("kueue", "bases").glob("*.yaml")))
-        for resource in KUEUE_KINDS:
+        self._create_crds([build.shared("provisioning", PROVISIONING_CRD)])
+        for resource in (*KUEUE_KINDS, PROVISIONING_REQUESTS):
             self._wait_until_served(resource)
         self._place_webhook_cert(self.pki.folder / "kueue-webhook")
         config = self.root / "kueue-config.yaml"
@@ -201,6 +210,16 @@ class RealControlPlane:
         self._create_webhooks(components.build_kueue_webhooks(
             manifests, self.ports.kueue_webhook, ca_bundle))
         kueue.wait_ready(lambda: is_tls_listening(self.ports.kueue_webhook), START_TIMEOUT_S)
+        self._create_queues()
+
+    def _create_queues(self) -> None:
+        """xpk's queues and priority classes for local mode's node pools (kueue_setup), made
+        where missing; after Kueue's webhooks, which default and check them. The LocalQueue's
+        namespace `default` is kube-apiserver's own (its bootstrap controller makes it), so it
+        needs no controller manager: it is created here if it is not there yet."""
+        for body in kueue_setup.build_kueue_objects(self.queue_slices):
+            self._create(kueue_setup.RESOURCES[body["kind"]], body["metadata"].get("namespace"),
+                         body)
 
     def _create_crds(self, paths: list[Path]) -> None:
         for path in paths:

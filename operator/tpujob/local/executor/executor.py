@@ -48,6 +48,7 @@ from .objects import (
     uid,
 )
 from .pod_status import PodRun
+from .provisioner import Provisioner
 from .settings import ExecutorSettings
 
 log = logging.getLogger(__name__)
@@ -84,6 +85,7 @@ class Executor:
         self._excused: set[str] = set()  # pods stopped by a suspension (job controller memory)
         self.last_error: str | None = None
         self.pools: NodePools | None = None
+        self.provisioner: Provisioner | None = None
         self.endpoint: KubeletEndpoint | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -102,6 +104,10 @@ class Executor:
                 self.endpoint = KubeletEndpoint(self.kubelet, cert, key, ca)
                 port = self.endpoint.start()
             self.pools = NodePools(self.api, "127.0.0.1", port).start()
+            # Kueue's ProvisioningRequests, answered as GKE's provisioner would: the real
+            # control plane serves the kind (and only it: the embedded server runs with
+            # its own controllers).
+            self.provisioner = Provisioner(self.api).start()
         for resource, selector in (_WATCHED if self.settings.controllers
                                    else _WATCHED_AS_KUBELET):
             thread = threading.Thread(target=self._watch, args=(resource, selector),
@@ -123,6 +129,8 @@ class Executor:
         self.kubelet.stop_all(self.settings.stop_grace_s)
         if self.pools is not None:
             self.pools.stop()
+        if self.provisioner is not None:
+            self.provisioner.stop()
         if self.endpoint is not None:
             self.endpoint.stop()
         self._watchers.clear()
