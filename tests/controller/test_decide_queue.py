@@ -52,6 +52,7 @@ def test_a_queued_job_says_why_it_waits(wl, reason, says, warned):
     assert d.status.reason == reason and d.status.queue.reason == reason
     assert says in cond(d, "Running").message
     assert (("Warning", reason) in events(d)) is warned
+    assert "Admitted" not in [e[1] for e in events(d)]
     # Said once: the same reading again is no news.
     again = decide(d.status, obs(QUEUED_JS, spec=Q, workload=wl))
     assert [e for e in events(again) if e[0] == "Warning"] == []
@@ -63,8 +64,9 @@ def test_the_queue_status_holds_the_workloads_facts():
                                                       local_queue="tpus")),
                obs(js(ready_jobs=0, queue_name="tpus"), spec=Q, workload=wl))
     q = d.status.queue
-    assert (q.state, q.cluster_queue, q.flavors, q.priority, q.priority_class) == \
-        ("Admitted", "cluster-queue", {"google.com/tpu": "v6e-2x4"}, 100, "low")
+    assert (q.state, q.cluster_queue, q.flavors, q.priority, q.priority_class, q.workload,
+            q.local_queue) == ("Admitted", "cluster-queue", {"google.com/tpu": "v6e-2x4"}, 100,
+                               "low", "jobset-j-1a2b3", "tpus")
     assert d.status.phase == Phase.STARTING and d.status.reason is None
     [admitted] = [e for e in d.events if e.reason == "Admitted"]
     assert admitted.message == ("admitted by ClusterQueue cluster-queue to flavor v6e-2x4 "
@@ -164,3 +166,41 @@ def test_the_unplaced_pods_are_counted_from_the_oldest_with_the_schedulers_words
     assert found.since == T0 - timedelta(seconds=2)
     assert found.message == "0/2 nodes are available (c)"
     assert read_unscheduled([pod("a", "2026-11-01T12:00:05Z", True, "Running")]) is None
+
+
+def test_a_pass_without_the_workload_keeps_the_queue_as_it_was():
+    kept = QueueStatus(state="Pending", reason="WaitingForQuota", local_queue="tpus",
+                       message="insufficient unused quota", workload="jobset-j-1a2b3")
+    d = decide(status(Phase.QUEUED, queue=kept), obs(QUEUED_JS, spec=Q))
+    assert d.status.queue == kept and d.status.reason == "WaitingForQuota"
+    moved = decide(status(Phase.QUEUED, queue=kept),
+                   obs(js(suspended=True, queue_name="other"), spec=Q))
+    assert (moved.status.queue.local_queue, moved.status.queue.reason) == ("other", "Pending")
+
+
+def test_an_eviction_seen_first_is_still_a_warning():
+    wl = reading(wl_cond("QuotaReserved", False, "Pending", NO_QUOTA),
+                 wl_cond("Evicted", True, "Preempted", PREEMPTION),
+                 schedulingStats={"evictions": [{"reason": "Preempted", "count": 1},
+                                                {"reason": "Other"}]})
+    assert wl.evictions == 1, "an entry without a count counts none"
+    d = decide(status(Phase.QUEUED), obs(QUEUED_JS, spec=Q, workload=wl))
+    assert ("Warning", "Preempted") in events(d)
+
+
+def test_an_admission_right_after_queueing_took_no_seconds():
+    wl = reading(RESERVED, wl_cond("Admitted", True, "Admitted", "ok"), admission=ADMISSION)
+    d = decide(status(Phase.QUEUED), obs(js(ready_jobs=0, queue_name="tpus"), spec=Q,
+                                         workload=wl))
+    [admitted] = [e for e in d.events if e.reason == "Admitted"]
+    assert admitted.message.endswith("after 0 s in the queue")
+
+
+@pytest.mark.parametrize("age_s, bound, says", [
+    (600, None, "4 of 4 pods not scheduled for 10m00s (pod j-slice-0-0-x): "),
+    (61, 1, "4 of 4 pods not scheduled for 1m01s "), (5, 1, "4 of 4 pods not scheduled for 5s ")])
+def test_the_flag_says_how_long(age_s, bound, says):
+    spec = {"scheduling": {"unscheduledWarningSeconds": bound}} if bound else {}
+    d = decide(status(Phase.STARTING), obs(js(ready_jobs=0), spec=spec,
+                                           unscheduled=unscheduled(age_s)))
+    assert cond(d, "PodsScheduled").message.startswith(says)

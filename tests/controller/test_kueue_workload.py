@@ -166,3 +166,25 @@ def test_only_what_waiting_cannot_fix_counts_as_never_admitted(reason, never):
 
 def test_an_unknown_pending_message_is_plain_pending():
     assert classify_pending("something new in Kueue 0.30") == QueueReason.PENDING
+
+
+def test_kueues_words_stand_in_for_an_empty_message():
+    finished = read_workload(workload(cond("Finished", True, "Succeeded", "")))
+    assert finished.message == "finished"
+    reserved = read_workload(workload(cond("QuotaReserved", True, "QuotaReserved",
+                                           "Quota reserved in ClusterQueue cq")))
+    assert reserved.message == "Quota reserved in ClusterQueue cq"
+    evicted = next(c[1] for c in CASES if c[0] == "evicted-pods-not-ready")
+    assert read_workload(evicted).message == "Exceeded the PodsReady timeout"
+
+
+def test_a_reading_is_a_value():
+    import dataclasses
+
+    reading = read_workload(workload())
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        reading.state = QueueState.ADMITTED  # type: ignore[misc]
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        reading_check = read_workload(workload(RESERVED, admissionChecks=[
+            {"name": "c", "state": "Pending"}])).checks[0]
+        reading_check.state = "Ready"  # type: ignore[misc]

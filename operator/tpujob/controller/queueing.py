@@ -72,7 +72,7 @@ def queue_events(prev: QueueStatus | None, new: QueueStatus | None, now: datetim
 
 
 def unscheduled_sentence(found: Unscheduled, admitted: bool, now: datetime,
-                         hosts: int = 0) -> str:
+                         hosts: int) -> str:
     """"admitted by Kueue, 2 of 4 pods not scheduled for 10m: 0/8 nodes are available: ...":
     of the job's `hosts` pods, those the scheduler has not placed and those not made yet (the
     Job controller makes an indexed Job's pods in growing batches)."""
