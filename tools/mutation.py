@@ -173,6 +173,8 @@ MODULES: dict[str, list[str]] = {
     "operator/tpujob/local/controlplane/build.py": ["tests/controlplane/test_build_unit.py"],
     "operator/tpujob/local/controlplane/components.py": [
         "tests/controlplane/test_components_unit.py"],
+    "operator/tpujob/local/controlplane/kueue_setup.py": [
+        "tests/controlplane/test_kueue_setup_unit.py"],
     "operator/tpujob/local/apiserver/selectors.py": ["tests/apiserver/test_selectors_unit.py",
                                                      "tests/apiserver/test_answers_unit.py"],
     "operator/tpujob/local/apiserver/resources.py": ["tests/apiserver/test_answers_unit.py",

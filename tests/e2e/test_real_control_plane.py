@@ -10,8 +10,9 @@ import copy
 
 import pytest
 
-from tests.e2e.conftest import stand_in, unique
+from tests.e2e.conftest import Local, stand_in, unique
 from tests.support.apiserver import wait_for
+from tpujob.local.controlplane import kueue_setup
 from tpujob.local.controlplane.cluster import RELEASE, RELEASE_NAMESPACE
 from tpujob.local.executor.client import (
     CONFIGMAPS,
@@ -192,3 +193,53 @@ def test_a_queued_job_waits_suspended_until_kueue_admits_it_then_runs(local, que
         "Succeeded"
     job = local.wait_phase(second, "Succeeded", "Failed", timeout=120)
     assert job["status"]["phase"] == "Succeeded", job["status"]
+
+
+def test_a_job_in_xpks_queue_is_admitted_at_its_priority_with_no_kueue_object_made_by_hand(
+        local):
+    """The control plane made xpk's queues (kueue_setup): a job in `default` naming
+    multislice-queue and priority high gets a Workload of priority 750, admitted by
+    cluster-queue to the flavor of its shape, and runs on nodes of that shape."""
+    api = local.cluster.api
+    wait_for(lambda: any(c["type"] == "Active" and c["status"] == "True" for c in (
+        api.get(CLUSTER_QUEUES, None, kueue_setup.CLUSTER_QUEUE) or {}).get(
+            "status", {}).get("conditions", [])),
+        timeout=60, message="cluster-queue, made at start, to be active")
+    assert api.get(LOCAL_QUEUES, "default", "multislice-queue") is not None
+    xpk, name = Local(local.cluster, "default"), unique("xpk")
+    xpk.apply(name, stand_in("import time; time.sleep(6)",
+                             scheduling={"queueName": "multislice-queue", "priority": "high"}))
+    try:
+        def admitted() -> dict | None:
+            for workload in api.list(WORKLOADS, "default")[0]:
+                owners = workload["metadata"].get("ownerReferences") or [{}]
+                if owners[0].get("name") == name and (workload.get("status") or {}).get(
+                        "admission"):
+                    return workload
+            return None
+
+        workload = wait_for(admitted, timeout=60, message="Kueue to admit the job's Workload")
+        assert workload["spec"]["queueName"] == "multislice-queue"
+        assert workload["spec"]["priority"] == 750
+        assert workload["spec"]["priorityClassRef"] == {
+            "group": "kueue.x-k8s.io", "kind": "WorkloadPriorityClass", "name": "high"}
+        admission = workload["status"]["admission"]
+        assert admission["clusterQueue"] == "cluster-queue"
+        [assignment] = admission["podSetAssignments"]
+        assert assignment["flavors"] == {"google.com/tpu": "v6e-2x4"}, assignment
+
+        xpk.wait_phase(name, "Running", timeout=90)
+        nodes = {n["metadata"]["name"]: n["metadata"]["labels"]
+                 for n in api.list(NODES)[0]}
+        flavor = api.get(FLAVORS, None, "v6e-2x4")["spec"]["nodeLabels"]
+        for pod in xpk.pods(name):
+            labels = nodes[pod["spec"]["nodeName"]]
+            assert flavor.items() <= labels.items(), (flavor, labels)
+        job = xpk.wait_phase(name, "Succeeded", "Failed", timeout=120)
+        assert job["status"]["phase"] == "Succeeded", job["status"]
+        queue = job["status"]["queue"]
+        assert (queue["clusterQueue"], queue["priority"], queue["priorityClass"],
+                queue["flavors"]) == ("cluster-queue", 750, "high",
+                                      {"google.com/tpu": "v6e-2x4"}), queue
+    finally:
+        local.cluster.delete_job("default", name)
