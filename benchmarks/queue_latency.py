@@ -36,24 +36,25 @@ from tpujob.local.session import LocalCluster, LocalSettings  # noqa: E402
 KUEUE = "kueue.x-k8s.io"
 WORKLOADS = Resource(KUEUE, "v1beta2", "workloads")
 NS = "default"
+# Names of its own: local mode's real plane already has xpk's queue, flavors and priorities.
 SETUP = [
     (Resource(KUEUE, "v1beta2", "resourceflavors"), None, {
-        "kind": "ResourceFlavor", "metadata": {"name": "v6e-2x4"}, "spec": {"nodeLabels": {
+        "kind": "ResourceFlavor", "metadata": {"name": "bench-v6e-2x4"}, "spec": {"nodeLabels": {
             "cloud.google.com/gke-tpu-accelerator": "tpu-v6e-slice",
             "cloud.google.com/gke-tpu-topology": "2x4"}}}),
     (Resource(KUEUE, "v1beta2", "clusterqueues"), None, {
         "kind": "ClusterQueue", "metadata": {"name": "bench"}, "spec": {
             "namespaceSelector": {}, "preemption": {"withinClusterQueue": "LowerPriority"},
             "resourceGroups": [{"coveredResources": ["google.com/tpu"], "flavors": [{
-                "name": "v6e-2x4", "resources": [{"name": "google.com/tpu",
+                "name": "bench-v6e-2x4", "resources": [{"name": "google.com/tpu",
                                                   "nominalQuota": 8}]}]}]}}),
     (Resource(KUEUE, "v1beta2", "localqueues"), NS, {
         "kind": "LocalQueue", "metadata": {"name": "bench", "namespace": NS},
         "spec": {"clusterQueue": "bench"}}),
     (Resource(KUEUE, "v1beta2", "workloadpriorityclasses"), None, {
-        "kind": "WorkloadPriorityClass", "metadata": {"name": "low"}, "value": 100}),
+        "kind": "WorkloadPriorityClass", "metadata": {"name": "bench-low"}, "value": 100}),
     (Resource(KUEUE, "v1beta2", "workloadpriorityclasses"), None, {
-        "kind": "WorkloadPriorityClass", "metadata": {"name": "high"}, "value": 1000}),
+        "kind": "WorkloadPriorityClass", "metadata": {"name": "bench-high"}, "value": 1000}),
 ]
 
 
@@ -129,11 +130,11 @@ def wait_phase(cluster: LocalCluster, name: str, *phases: str, timeout: float = 
 
 def one_round(cluster: LocalCluster, i: int) -> None:
     low, waiting, high = f"low-{i}", f"wait-{i}", f"high-{i}"
-    cluster.apply([job(low, "low", 600)])
+    cluster.apply([job(low, "bench-low", 600)])
     wait_phase(cluster, low, "Running")
-    cluster.apply([job(waiting, "low", 600)])
+    cluster.apply([job(waiting, "bench-low", 600)])
     time.sleep(3)   # let it wait: its WaitingForQuota is one of the transitions measured
-    cluster.apply([job(high, "high", 3)])
+    cluster.apply([job(high, "bench-high", 3)])
     wait_phase(cluster, high, "Succeeded", "Failed")
     wait_phase(cluster, low, "Running", "Starting")
     for name in (low, waiting, high):

@@ -61,3 +61,73 @@ def test_a_pending_request_is_accepted_once_and_a_finished_one_left_alone():
     for final in ("Provisioned", "Failed", "BookingExpired", "CapacityRevoked"):
         assert decide(request("r-1", (final, "True")), "Failed", NOW) is None
     assert decide(request("r-1", ("Provisioned", "False")), "Provisioned", NOW) is not None
+
+
+class FakeApi:
+    """The calls the provisioner makes, answered from a dict of objects; patches recorded."""
+
+    def __init__(self, objects, patch_error=None):
+        self.objects, self.patches, self.patch_error = objects, [], patch_error
+
+    def session_copy(self):
+        return self
+
+    def get(self, resource, namespace, name):
+        return self.objects.get((resource.plural, namespace, name))
+
+    def patch(self, resource, namespace, name, body, subresource=None):
+        if self.patch_error is not None:
+            raise self.patch_error
+        self.patches.append((resource.plural, namespace, name, subresource, body))
+
+
+def owned(name, kind, owner):
+    return {"metadata": {"name": name, "namespace": "ns",
+                         "ownerReferences": [{"kind": "Other", "name": "x"},
+                                             {"kind": kind, "name": owner}]}}
+
+
+SCRIPTED = {("workloads", "ns", "jobset-j-1a2b3"): owned("jobset-j-1a2b3", "JobSet", "j"),
+            ("configmaps", "ns", "tpujob-local-provisioning"): {"data": {"j": "Failed",
+                                                                         "k": "Pending"}}}
+
+
+def answer(objects, pr, patch_error=None):
+    from tpujob.local.executor.provisioner import Provisioner
+
+    api = FakeApi(objects, patch_error)
+    Provisioner(api)._answer(pr)
+    return api.patches
+
+
+def test_the_script_is_found_through_the_requests_workload_and_its_job():
+    pr = owned("jobset-j-1a2b3-dws-prov-1", "Workload", "jobset-j-1a2b3") | {"status": {}}
+    [(plural, ns, name, sub, body)] = answer(SCRIPTED, pr)
+    assert (plural, ns, name, sub) == ("provisioningrequests", "ns",
+                                       "jobset-j-1a2b3-dws-prov-1", "status")
+    assert kinds(body["status"]) == {"Accepted": "True", "Failed": "True"}
+
+
+@pytest.mark.parametrize("objects, pr", [
+    ({}, owned("jobset-j-1a2b3-dws-prov-1", "Workload", "jobset-j-1a2b3")),   # no Workload
+    (SCRIPTED, {"metadata": {"name": "orphan-1", "namespace": "ns"}}),           # no owner
+    ({k: v for k, v in SCRIPTED.items() if k[0] == "workloads"},                 # no script
+     owned("jobset-j-1a2b3-dws-prov-1", "Workload", "jobset-j-1a2b3")),
+    ({**SCRIPTED, ("configmaps", "ns", "tpujob-local-provisioning"): {"data": {"j": "Nope"}}},
+     owned("jobset-j-1a2b3-dws-prov-1", "Workload", "jobset-j-1a2b3")),         # bad script
+])
+def test_without_a_script_for_the_job_the_request_is_provisioned(objects, pr):
+    [(*_, body)] = answer(objects, pr)
+    assert kinds(body["status"]) == {"Accepted": "True", "Provisioned": "True"}
+
+
+def test_a_request_already_answered_is_left_and_one_gone_is_no_error():
+    from tpujob.local.executor.client import ApiError
+
+    done = owned("jobset-j-1a2b3-dws-prov-1", "Workload", "jobset-j-1a2b3") | {
+        "status": {"conditions": [{"type": "Failed", "status": "True"}]}}
+    assert answer(SCRIPTED, done) == []
+    fresh = owned("jobset-j-1a2b3-dws-prov-2", "Workload", "jobset-j-1a2b3")
+    assert answer(SCRIPTED, fresh, ApiError(404, "NotFound", "gone")) == []
+    with pytest.raises(ApiError):
+        answer(SCRIPTED, fresh, ApiError(500, "Internal", "boom"))
