@@ -280,7 +280,7 @@ def test_get_tpujobs_prints_readable_progress_and_the_reason(kube: Kube, kubectl
             "step": 7, "loss": 2.5, "tokensPerSecondPerDevice": 100.0, "tflopsPerDevice": 0.02,
             "display": display_of(2.5, 100.0, None, 0.02).to_dict()},
             "goodput": _goodput(4.19)},
-        unique_name("bad"): {"phase": "Invalid", "failure": {
+        unique_name("bad"): {"phase": "Invalid", "reason": "InvalidSlice", "failure": {
             "reason": "InvalidSlice", "message": "spec.slice: no such slice"}}}
     for name, status in statuses.items():
         r = kube.request("POST", path, json={

@@ -356,6 +356,19 @@ def test_a_status_key_that_went_away_is_removed_on_the_server(c, kube):
     assert "failure" not in status_of(c, "fixed") and "failure" not in out.job["status"]
 
 
+def test_a_job_failed_under_an_older_operator_gets_its_reason_column_once(c, kube):
+    r = reconciler(kube)
+    job = c.create_job("old")
+    c.patch(JOBS + "/old/status", {"status": {"phase": "Failed", "failure": {
+        "reason": "OutOfMemory", "message": "pod old-slice-0-0 exited 137"}}})
+    out = r.reconcile(c.job("old"), None)
+    assert out.phase == Phase.FAILED and status_of(c, "old")["reason"] == "OutOfMemory"
+    assert job["metadata"]["uid"] == c.job("old")["metadata"]["uid"]
+    before = len(c.server.requests())
+    assert r.reconcile(c.job("old"), None).job is None   # nothing more to write
+    assert len(c.server.requests()) == before + 1         # the GET above only
+
+
 # -- actions ----------------------------------------------------------------------------------
 
 def _batch_job(c: Cluster, name: str, jobset: str) -> None:

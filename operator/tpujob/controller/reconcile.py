@@ -309,6 +309,12 @@ class Reconciler:
         ns, name = meta["namespace"], meta["name"]
         prev = _previous_status(job)
         if meta.get("deletionTimestamp") or prev.phase in (Phase.SUCCEEDED, Phase.FAILED):
+            if prev.phase == Phase.FAILED and prev.failure is not None and prev.reason is None \
+                    and not meta.get("deletionTimestamp"):
+                # Failed under an operator that wrote no status.reason (the REASON column):
+                # written once, so the column still says why.
+                patched = self.kube.patch_status(ns, name, {"reason": prev.failure.reason.value})
+                return Outcome(prev.phase, None, job=patched)
             return Outcome(prev.phase, None)
         obs = self.observe(job, jobset, prev)
         decision = decide(prev, obs)
