@@ -85,6 +85,10 @@ CASES = [
         "QuotaReserved", False, "Pending", "couldn't assign flavors to pod set slice: no "
         "requested topology level: cloud.google.com/gke-nodepool")),
      QueueState.PENDING, QueueReason.NO_MATCHING_FLAVOR, "no requested topology level"),
+    ("a-later-kueue-names-the-reason", workload(cond(
+        "QuotaReserved", False, "NoMatchingFlavor", "couldn't assign flavors to pod set slice: "
+        "no flavor fits")),
+     QueueState.PENDING, QueueReason.NO_MATCHING_FLAVOR, "no flavor fits"),
     ("topology", workload(cond(
         "QuotaReserved", False, "Pending", "couldn't assign flavors to pod set slice: topology "
         "\"default\" doesn't allow to fit any of 2 pod(s)")),

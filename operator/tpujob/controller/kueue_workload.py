@@ -66,6 +66,10 @@ class QueueReason(StrEnum):
 NEVER_ADMITTED = frozenset({QueueReason.QUEUE_NOT_FOUND, QueueReason.EXCEEDS_MAX_QUOTA,
                             QueueReason.NO_MATCHING_FLAVOR, QueueReason.ADMISSION_CHECK_REJECTED,
                             QueueReason.DEACTIVATED})
+_NAMED_BY_KUEUE = frozenset({QueueReason.WAITING_FOR_QUOTA, QueueReason.EXCEEDS_MAX_QUOTA,
+                             QueueReason.NO_MATCHING_FLAVOR,
+                             QueueReason.TOPOLOGY_PLACEMENT_FAILED,
+                             QueueReason.WAITING_FOR_PREEMPTED})
 # The flavor assigner's words, most hopeful first: a message lists every flavor tried, and the
 # job waits as long as one of them could take it.
 _PENDING_WORDS: tuple[tuple[str, QueueReason], ...] = (
@@ -219,7 +223,10 @@ def read_workload(obj: dict[str, Any]) -> WorkloadReading:
     message = str((reserved or {}).get("message") or "")
     if (reserved or {}).get("reason") == "Inadmissible":
         return reading(QueueState.INADMISSIBLE, _inadmissible_reason(message), message)
-    reason = classify_pending(message)
+    kueue_reason = str((reserved or {}).get("reason") or "")
+    # A Kueue that names the reason itself (later releases) is taken at its word.
+    reason = (QueueReason(kueue_reason) if kueue_reason in _NAMED_BY_KUEUE
+              else classify_pending(message))
     if _is_true(evicted):
         state = QueueState.PREEMPTED if _is_true(preempted) else QueueState.EVICTED
         if reason == QueueReason.PENDING:
