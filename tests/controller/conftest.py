@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from kubernetes import client
 
-from tests.operator.conftest import ROOT, Cluster
+from tests.operator.conftest import KUEUE_WORKLOADS, ROOT, Cluster
 from tpujob.controller.kube import KubeApi
 from tpujob.controller.runner import load_api_config
 from tpujob.local.apiserver import ApiServer, bundled_crd_paths, load_crds
@@ -17,7 +17,7 @@ from tpujob.local.apiserver import ApiServer, bundled_crd_paths, load_crds
 
 @pytest.fixture(scope="module")
 def server():
-    crds = load_crds(bundled_crd_paths() + [ROOT / "manifests" / "crd.yaml"])
+    crds = load_crds(bundled_crd_paths() + [ROOT / "manifests" / "crd.yaml", KUEUE_WORKLOADS])
     with ApiServer(crds=crds) as srv:
         yield srv
 

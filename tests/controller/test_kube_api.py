@@ -363,3 +363,35 @@ def test_an_event_that_cannot_be_posted_is_only_logged(c, kube, caplog):
         f"could not record Event Running for {c.namespace}/lost",
         "could not record Event Running for no-such/lost"]
     assert c.events("lost") == []
+
+
+# -- Kueue -------------------------------------------------------------------------------------
+
+WORKLOADS = "/apis/kueue.x-k8s.io/v1beta2/namespaces/{ns}/workloads"
+
+
+def test_the_workload_of_a_jobset_is_found_by_kueues_label(c, kube):
+    for name, uid in (("jobset-a-1", "uid-a"), ("jobset-b-1", "uid-b")):
+        c.create(WORKLOADS, {"apiVersion": "kueue.x-k8s.io/v1beta2", "kind": "Workload",
+                             "metadata": {"name": name, "labels": {
+                                 "kueue.x-k8s.io/job-uid": uid}},
+                             "spec": {"queueName": "q"}})
+    assert kube.find_workload(c.namespace, "uid-b")["metadata"]["name"] == "jobset-b-1"
+    assert kube.find_workload(c.namespace, "uid-none") is None
+
+
+@pytest.mark.parametrize("status, found", [(404, None), (403, ApiRefused), (503, ApiUnavailable)])
+def test_without_kueue_there_is_no_workload_and_other_errors_stand(answers, status, found):
+    body = json.dumps({"kind": "Status", "code": status, "message": "no"}).encode()
+    answers.reply = (status, {"Content-Type": "application/json"}, body)
+    if found is None:
+        assert answers.kube.find_workload("team", "uid") is None
+    else:
+        with pytest.raises(found):
+            answers.kube.find_workload("team", "uid")
+
+
+def test_the_priority_label_is_patched_on_the_jobset(c, kube):
+    c.create(JOBSETS, jobset_body(c, "js"))
+    kube.set_jobset_label(c.namespace, "js", "kueue.x-k8s.io/priority-class", "high")
+    assert c.jobset("js")["metadata"]["labels"]["kueue.x-k8s.io/priority-class"] == "high"
