@@ -131,3 +131,29 @@ def test_a_request_already_answered_is_left_and_one_gone_is_no_error():
     assert answer(SCRIPTED, fresh, ApiError(404, "NotFound", "gone")) == []
     with pytest.raises(ApiError):
         answer(SCRIPTED, fresh, ApiError(500, "Internal", "boom"))
+
+
+def test_the_loop_answers_listed_and_watched_requests_and_not_deleted_ones():
+    from tpujob.local.executor.provisioner import Provisioner
+
+    listed = owned("jobset-j-1a2b3-dws-prov-1", "Workload", "jobset-j-1a2b3")
+    added = owned("jobset-k-1a2b3-dws-prov-1", "Workload", "jobset-k-1a2b3")
+    gone = owned("jobset-m-1a2b3-dws-prov-1", "Workload", "jobset-m-1a2b3")
+
+    class LoopApi(FakeApi):
+        def list(self, resource, namespace=None, label_selector=None):
+            assert resource.plural == "provisioningrequests" and namespace is None
+            return [listed], "7"
+
+        def watch(self, resource, namespace, version, timeout_s=30):
+            assert version == "7"
+            yield {"type": "DELETED", "object": gone}
+            yield {"type": "ADDED", "object": added}
+            provisioner._stop.set()
+            yield {"type": "MODIFIED", "object": gone}
+
+    api = LoopApi(SCRIPTED)
+    provisioner = Provisioner(api)
+    provisioner._run()
+    assert [p[2] for p in api.patches] == ["jobset-j-1a2b3-dws-prov-1",
+                                           "jobset-k-1a2b3-dws-prov-1"]
