@@ -259,6 +259,12 @@ class Scheduling(ApiModel):
                     "PodsScheduled condition and a Warning Event with the scheduler's words. "
                     "Default 600; 0 turns the flag off. May change at any time.")
 
+    @property
+    def unscheduled_warning_s(self) -> int:
+        """The bound in effect: the field, or its default when left out (0: off)."""
+        return (DEFAULT_UNSCHEDULED_WARNING_SECONDS if self.unscheduled_warning_seconds is None
+                else self.unscheduled_warning_seconds)
+
     @field_validator("priority", "topology", "max_run_seconds")
     @classmethod
     def _kueue_fields_need_a_queue(cls, value: Any, info: ValidationInfo) -> Any:

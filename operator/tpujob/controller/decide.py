@@ -31,7 +31,7 @@ from tpujob.api.status import (
 )
 from tpujob.api.trainer_spec import ProgressSource
 from tpujob.controller.goodput import account, display_of_percent, summary
-from tpujob.controller.kueue_workload import WorkloadReading, describe_wait
+from tpujob.controller.kueue_workload import QueueState, WorkloadReading, describe_wait
 from tpujob.controller.observe import FailureCause, JobSetState, Unscheduled
 from tpujob.controller.progress_status import (
     build_progress,
@@ -310,11 +310,7 @@ def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
         message = (f"{', '.join(obs.changed_fields) or 'spec'} changed while the job runs and "
                    "was not applied; set spec.suspend to true to apply it (the run resumes "
                    "from its checkpoint), or delete and re-create the job")
-        if (find_condition(prev.conditions, ConditionType.SPEC_APPLIED.value) or
-                Condition.model_construct(status=ConditionStatus.TRUE)).status \
-                != ConditionStatus.FALSE:
-            b.event("Warning", "UpdateRefused", message)
-        b.set(ConditionType.SPEC_APPLIED, False, "UpdateRefused", message)
+        _refuse_update(b, message)
     else:
         b.clear_if_present(ConditionType.SPEC_APPLIED, "Applied")
         if find_condition(b.status.conditions, ConditionType.SPEC_APPLIED.value) is not None:
@@ -391,9 +387,13 @@ def _follow_queue(b: _Builder, spec: TpuTrainingJobSpec | None) -> None:
                "spec.scheduling.priority can be added only while the job is queued or "
                "suspended (Kueue refuses it for an admitted job); set spec.suspend to true "
                "to apply it")
-    if (find_condition(b.prev.conditions, ConditionType.SPEC_APPLIED.value)
-            or Condition.model_construct(status=ConditionStatus.TRUE)).status \
-            != ConditionStatus.FALSE:
+    _refuse_update(b, message)
+
+
+def _refuse_update(b: _Builder, message: str) -> None:
+    """SpecApplied False with why; a Warning Event only when it was not refused already."""
+    before = find_condition(b.prev.conditions, ConditionType.SPEC_APPLIED.value)
+    if before is None or before.status != ConditionStatus.FALSE:
         b.event("Warning", "UpdateRefused", message)
     b.set(ConditionType.SPEC_APPLIED, False, "UpdateRefused", message)
 
@@ -402,13 +402,12 @@ def _flag_unscheduled(b: _Builder, spec: TpuTrainingJobSpec | None) -> bool:
     """Pods waiting for nodes past spec.scheduling.unscheduledWarningSeconds: a PodsScheduled
     condition with the scheduler's words, once a Warning Event; True when flagged."""
     obs = b.obs
-    bound = DEFAULT_UNSCHEDULED_WARNING_SECONDS
-    if spec is not None and spec.scheduling.unscheduled_warning_seconds is not None:
-        bound = spec.scheduling.unscheduled_warning_seconds
+    bound = (spec.scheduling.unscheduled_warning_s if spec is not None
+             else DEFAULT_UNSCHEDULED_WARNING_SECONDS)
     if not is_unscheduled_too_long(obs.unscheduled, obs.now, bound):
         _mark_scheduled(b)
         return False
-    admitted = b.status.queue is not None and b.status.queue.state == "Admitted"
+    admitted = b.status.queue is not None and b.status.queue.state == QueueState.ADMITTED
     hosts = b.status.slice.hosts if b.status.slice is not None else 0
     message = unscheduled_sentence(obs.unscheduled, admitted, obs.now, hosts)
     before = find_condition(b.prev.conditions, ConditionType.PODS_SCHEDULED.value)

@@ -22,7 +22,7 @@ from tpujob.builders.jobset import build_children
 from tpujob.controller.decide import Action, Decision, Observation, decide
 from tpujob.controller.events import PostEvent
 from tpujob.controller.kube import ApiRefused, ApiUnavailable, KubeApi
-from tpujob.controller.kueue_workload import WorkloadReading, read_workload
+from tpujob.controller.kueue_workload import QueueState, WorkloadReading, read_workload
 from tpujob.controller.log_source import (
     ReadLog,
     find_process_zero_container,
@@ -219,14 +219,14 @@ class Reconciler:
                 FINGERPRINT_ANNOTATION)
             changed = changed_fields(verdict.job.spec, annotation)
             spec_matches = not changed
-        failure, finals = None, ()
+        failure, finals, pods = None, (), None
         if js.exists and (js.failed or js.completed or js.restarts > prev.jobset_restarts):
             # The pods of the attempt that ended: why, and the timelines they left on exit.
             pods = self.kube.list_pods(ns, name)
             if js.failed or js.restarts > prev.jobset_restarts:
                 failure = explain_failure(read_container_exits(pods))
             finals = read_final_timelines(pods)
-        workload, unscheduled = self._queue_and_placement(ns, name, js, prev, verdict)
+        workload, unscheduled = self._queue_and_placement(ns, name, js, prev, verdict, pods)
         progress, problem = None, None
         if js.exists and js.all_ready and not js.suspended and not js.failed \
                 and not js.completed:
@@ -239,27 +239,29 @@ class Reconciler:
                            workload=workload, unscheduled=unscheduled)
 
     def _queue_and_placement(self, ns: str, name: str, js: JobSetState,
-                             prev: TpuTrainingJobStatus, verdict: Verdict
+                             prev: TpuTrainingJobStatus, verdict: Verdict,
+                             pods: list[dict[str, Any]] | None
                              ) -> tuple[WorkloadReading | None, Unscheduled | None]:
         """The JobSet's Kueue Workload, read while the job waits for Kueue or has not run yet
         (a running job's eviction suspends its JobSet first); and its pods the scheduler has
         not placed, read while not every host runs and the JobSet is old enough for them to
-        be flagged (spec.scheduling.unscheduledWarningSeconds)."""
+        be flagged (spec.scheduling.unscheduledWarningSeconds); `pods` when this pass listed
+        them already."""
         if not js.exists or js.failed or js.completed:
             return None, None
         workload = None
-        admitted = prev.queue is not None and prev.queue.state == "Admitted"
+        admitted = prev.queue is not None and prev.queue.state == QueueState.ADMITTED
         if js.queue_name and js.uid and (js.suspended or not js.all_ready or not admitted):
             found = self.kube.find_workload(ns, js.uid)
             workload = read_workload(found) if found is not None else None
         unscheduled = None
-        bound = DEFAULT_UNSCHEDULED_WARNING_SECONDS
-        if verdict.valid and verdict.job.spec.scheduling.unscheduled_warning_seconds is not None:
-            bound = verdict.job.spec.scheduling.unscheduled_warning_seconds
+        bound = (verdict.job.spec.scheduling.unscheduled_warning_s if verdict.valid
+                 else DEFAULT_UNSCHEDULED_WARNING_SECONDS)
         old_enough = js.created is None or \
             (self.clock() - js.created).total_seconds() >= bound
         if not js.suspended and not js.all_ready and bound > 0 and old_enough:
-            unscheduled = read_unscheduled(self.kube.list_pods(ns, name))
+            unscheduled = read_unscheduled(pods if pods is not None
+                                           else self.kube.list_pods(ns, name))
         return workload, unscheduled
 
     # -- acting ----------------------------------------------------------------------------
