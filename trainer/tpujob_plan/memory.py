@@ -15,7 +15,9 @@ figures and the largest buffers in benchmarks/results/hbm_compiled.json):
 - `logits` and `outputLayer`: in the output layer's backward the step holds the logits and their
   gradient, both in the compute dtype (the loss's float32 values are computed in fusions, never
   stored whole: `step.cross_entropy`), and the output layer's weights gathered for the matmul and
-  their gradient before it is reduced.
+  their gradient before it is reduced. Where the vocabulary is taken in chunks
+  (`tpujob_plan.vocab_chunks`: one device's logits over 256 MiB), one chunk's logits and their
+  gradient.
 - `workspace`: the layers' backward buffers, in units of one layer's matmul values per token
   (`_layer_values_per_token`). With remat `none` or `minimal` the compiled step holds
   BESIDE_LOGITS_LAYERS of them beside the logits; with `full` the peak is the larger of the
@@ -44,6 +46,7 @@ from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 
 from tpujob_plan.model_shape import ModelShape
+from tpujob_plan.vocab_chunks import chunk_bounds, vocab_chunks
 
 REMAT_POLICIES: tuple[str, ...] = ("none", "minimal", "full")  # least recomputation first
 OPTIMIZERS: tuple[str, ...] = ("adamw", "muon")
@@ -171,7 +174,8 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
                     mesh: Mapping[str, int], remat: str = "full", param_bytes: int = 4,
                     compute_bytes: int = 2, optimizer: str = "adamw", grad_accum: int = 1,
                     capacity_factor: float = 1.25, hbm_bytes: float | None = None,
-                    generation: str | None = None) -> MemoryEstimate:
+                    generation: str | None = None,
+                    output_chunks: int | str = "auto") -> MemoryEstimate:
     """Estimate the bytes one device holds at the peak of a training step. `generation` (a
     slice-name prefix: v5p, v6e, tpu7x) picks the compiler's allowance; unknown: the largest."""
     if remat not in REMAT_POLICIES:
@@ -211,7 +215,14 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
                 for i in range(shape.n_layers)]
 
     breakdown["activations"] = allowance * tokens * sum(per_token(remat))
-    logits = allowance * LOGITS_COPIES * tokens * shape.vocab_size * compute_bytes / tensor
+    # Compiled for a TPU, the output layer takes the vocabulary in chunks once one device's
+    # logits are large: one chunk's logits and their gradient are held at a time.
+    vocab = shape.vocab_size / tensor
+    chunks = (vocab_chunks(shape.vocab_size, tokens, compute_bytes, vocab_split=tensor, data=data)
+              if output_chunks == "auto" else len(chunk_bounds(shape.vocab_size, output_chunks)))
+    if chunks > 1:
+        vocab = chunk_bounds(shape.vocab_size, chunks)[0][1]
+    logits = allowance * LOGITS_COPIES * tokens * vocab * compute_bytes
     output_layer = OUTPUT_LAYER_COPIES * shape.d_model * shape.vocab_size * compute_bytes / tensor
     largest_layer = shape.attention_params + max(
         shape.dense_mlp_params if shape.n_dense_layers else 0,
@@ -254,6 +265,7 @@ class MemoryRequest:
     dtype: str = "bfloat16"
     remat: str = "auto"
     capacity_factor: float = 1.25
+    vocab_chunks: int | str = "auto"
 
     def _kwargs(self, mesh: Mapping[str, int], hbm_bytes: float | None,
                 generation: str | None) -> dict:
@@ -261,7 +273,7 @@ class MemoryRequest:
                     optimizer=self.optimizer, grad_accum=self.grad_accum,
                     param_bytes=DTYPE_BYTES[self.param_dtype], compute_bytes=DTYPE_BYTES[self.dtype],
                     capacity_factor=self.capacity_factor, hbm_bytes=hbm_bytes,
-                    generation=generation)
+                    generation=generation, output_chunks=self.vocab_chunks)
 
     def resolved_remat(self, mesh: Mapping[str, int], hbm_bytes: float | None,
                        generation: str | None = None) -> str:

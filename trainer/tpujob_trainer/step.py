@@ -20,6 +20,7 @@ from flax import nnx
 
 from tpujob_trainer.config.model import ModelConfig
 from tpujob_trainer.models import Decoder
+from tpujob_trainer.models.output_loss import chunks_for, output_loss
 from tpujob_trainer.sharding import shard
 
 State = dict[str, Any]
@@ -60,8 +61,15 @@ cross_entropy.defvjp(_cross_entropy_fwd, _cross_entropy_bwd)
 
 def loss_fn(params, graphdef: nnx.GraphDef, tokens_BxL1: jax.Array, aux_weight: float):
     model = nnx.merge(graphdef, params)
-    logits_BxLxV, aux = model(tokens_BxL1[:, :-1])
-    ce = cross_entropy(logits_BxLxV, tokens_BxL1[:, 1:])
+    x_BxLxD, aux = model.features(tokens_BxL1[:, :-1])
+    targets_BxL = tokens_BxL1[:, 1:]
+    w_DxV = model.output_weight()
+    chunks = chunks_for(x_BxLxD, w_DxV.shape[1], model.vocab_chunks)
+    if chunks > 1:
+        # The output layer and the loss by vocabulary chunks (auto: on a TPU, large logits).
+        ce = output_loss(x_BxLxD, w_DxV, targets_BxL, chunks)
+    else:
+        ce = cross_entropy(model.logits(x_BxLxD), targets_BxL)
     return ce + aux_weight * aux, (ce, aux)
 
 

@@ -2,13 +2,19 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validator
 
 from tpujob_plan.model_shape import ModelShape
 
 Remat = Literal["auto", "none", "minimal", "full"]
+# A count or "auto"; in the CRD an int-or-string (Kubernetes' only union of types).
+VocabChunks = Annotated[int | Literal["auto"], WithJsonSchema({
+    "x-kubernetes-int-or-string": True,
+    "anyOf": [{"type": "integer"}, {"type": "string"}],
+    "pattern": "^auto$",
+})]
 
 
 class _Frozen(BaseModel):
@@ -55,11 +61,20 @@ class ModelConfig(_Frozen):
     scan_layers: bool = Field(True, description="Apply consecutive layers of the same kind by one "
                               "scan over their parameters (one compiled layer; faster to compile "
                               "and to run) instead of one by one.")
+    vocab_chunks: VocabChunks = Field(
+        "auto", description="The output layer and the loss a chunk of the vocabulary at a time, so "
+        "that one device holds one chunk's logits, not all of them (for one more output-layer "
+        "matmul): a count (1: off), or auto: on a TPU, chunks of at most 256 MiB of one device's "
+        "logits once they are larger; elsewhere 1.")
     dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="Activation (compute) dtype.")
     param_dtype: Literal["float32", "bfloat16"] = Field("float32", description="Parameter dtype.")
 
     @model_validator(mode="after")
     def _heads_group(self) -> ModelConfig:
+        if self.vocab_chunks != "auto" and not 1 <= self.vocab_chunks <= self.vocab_size:
+            raise ValueError(
+                f"model.vocab_chunks ({self.vocab_chunks}) must be auto or a count from 1 to "
+                f"model.vocab_size ({self.vocab_size})")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"model.n_kv_heads ({self.n_kv_heads}) must divide model.n_heads ({self.n_heads})")

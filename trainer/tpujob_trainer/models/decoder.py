@@ -137,19 +137,37 @@ class Decoder(nnx.Module):
                                     stddev=1.0 / cfg.d_model))
         self.remat = cfg.remat
         self.scan_layers = cfg.scan_layers
+        self.vocab_chunks = cfg.vocab_chunks
 
-    def __call__(self, tokens_BxL: jax.Array) -> tuple[jax.Array, jax.Array]:
-        """Logits for every position (float32 on CPU, the compute dtype compiled for a TPU: see
-        `layers.dot`), and the summed MoE load-balancing loss."""
+    def features(self, tokens_BxL: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """The final-normed hidden states [B, L, D] that the output layer reads, and the summed
+        MoE load-balancing loss."""
         x_BxLxD = jnp.take(self.embed_VxD[...], tokens_BxL, axis=0).astype(self.dtype)
         x_BxLxD = shard(x_BxLxD, ("batch", "length", None))
         aux = jnp.zeros((), jnp.float32)
         for stack in self.layers:
             x_BxLxD, run_aux = _apply_stack(stack, x_BxLxD, self.remat, self.scan_layers)
             aux = aux + run_aux
-        x_BxLxD = self.final_norm(x_BxLxD)
+        return self.final_norm(x_BxLxD), aux
+
+    def output_weight(self) -> jax.Array:
+        """The output layer's [D, V] weights in the compute dtype (the embedding's, transposed,
+        where they are tied)."""
+        if self.head_DxV is None:
+            return self.embed_VxD[...].astype(self.dtype).T
+        return self.head_DxV[...].astype(self.dtype)
+
+    def __call__(self, tokens_BxL: jax.Array) -> tuple[jax.Array, jax.Array]:
+        """Logits for every position (float32 on CPU, the compute dtype compiled for a TPU: see
+        `layers.dot`), and the summed MoE load-balancing loss."""
+        x_BxLxD, aux = self.features(tokens_BxL)
+        logits_BxLxV = self.logits(x_BxLxD)
+        return logits_BxLxV, aux
+
+    def logits(self, x_BxLxD: jax.Array) -> jax.Array:
+        """The output layer on hidden states from `features`."""
         if self.head_DxV is None:
             logits_BxLxV = dot("bld,vd->blv", x_BxLxD, self.embed_VxD[...].astype(self.dtype))
         else:
             logits_BxLxV = dot("bld,dv->blv", x_BxLxD, self.head_DxV[...].astype(self.dtype))
-        return shard(logits_BxLxV, ("batch", "length", "vocab")), aux
+        return shard(logits_BxLxV, ("batch", "length", "vocab"))

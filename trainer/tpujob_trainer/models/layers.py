@@ -147,9 +147,19 @@ class MLP(nnx.Module):
 
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
         dt = self.dtype
-        # Gate and up leave the matmul in float32 (its accumulator), where SiLU and the product
-        # are computed; one rounding to the compute dtype after (fewer converts than SiLU in bf16).
-        h_BxLx2xF = dot("bld,dkf->blkf", x_BxLxD, self.w_in_Dx2xF[...].astype(dt))
-        h_BxLxF = swiglu(h_BxLx2xF).astype(dt)
+        w_Dx2xF = self.w_in_Dx2xF[...].astype(dt)
+        if target_platform() == "tpu":
+            # Compiled for a TPU: gate and up as two matmuls. The stacked [B, L, 2, F] value is
+            # sliced into copies and its gradient stacked again: both the largest values of a
+            # layer's backward pass (measured with the TPU compiler: benchmarks/tpu_compile.py).
+            gate_BxLxF = dot("bld,df->blf", x_BxLxD, w_Dx2xF[:, 0])
+            up_BxLxF = dot("bld,df->blf", x_BxLxD, w_Dx2xF[:, 1])
+            h_BxLxF = (jax.nn.silu(gate_BxLxF) * up_BxLxF).astype(dt)
+        else:
+            # Gate and up leave one matmul in float32 (its accumulator), where SiLU and the
+            # product are computed; one rounding to the compute dtype after (fewer converts than
+            # SiLU in bf16).
+            h_BxLx2xF = dot("bld,dkf->blkf", x_BxLxD, w_Dx2xF)
+            h_BxLxF = swiglu(h_BxLx2xF).astype(dt)
         h_BxLxF = shard(h_BxLxF, ("batch", "length", "mlp"))
         return dot("blf,fd->bld", h_BxLxF, self.w_out_FxD[...].astype(dt)).astype(dt)

@@ -51,17 +51,22 @@ class MoE(nnx.Module):
         kept_BxkLxE = order_BxkLxE * (slot_BxkLxE < C)
         slot_BxkxL = jnp.sum(slot_BxkLxE * kept_BxkLxE, axis=-1).reshape(B, k, L)
         kept_BxkxLxE = kept_BxkLxE.reshape(B, k, L, E)
-        # dispatch[b, l, e, c] = 1 when token l of group b sits in slot c of expert e.
-        dispatch_BxkxLxExC = (kept_BxkxLxE[..., None]
-                              * jax.nn.one_hot(slot_BxkxL, C, dtype=jnp.int32)[:, :, :, None, :])
-        dispatch_BxLxExC = jnp.sum(dispatch_BxkxLxExC, axis=1).astype(dt)
-        combine_BxLxExC = jnp.einsum("bklec,blk->blec", dispatch_BxkxLxExC.astype(jnp.float32),
-                                     weights_BxLxk).astype(dt)
+        # dispatch[b, l, e, c] = 1 when token l of group b sits in slot c of expert e; combine
+        # holds the token's routing weight there. Each is built choice by choice straight into
+        # the compute dtype: never a [B, k, L, E, C] value.
+        slot_BxkxLxC = jax.nn.one_hot(slot_BxkxL, C, dtype=dt)
+        dispatch_BxLxExC = sum(kept_BxkxLxE[:, j, :, :, None].astype(dt) * slot_BxkxLxC[:, j, :, None, :]
+                               for j in range(k))
+        combine_BxLxExC = sum((kept_BxkxLxE[:, j, :, :, None] * weights_BxLxk[:, :, j, None, None]).astype(dt)
+                              * slot_BxkxLxC[:, j, :, None, :] for j in range(k))
 
-        # Matmuls as the dense layers do them (layers.dot): 16-bit operands, float32 results.
+        # Matmuls as the dense layers do them (layers.dot); gate and up as two matmuls (a
+        # stacked [.., 2, F] value would be sliced into copies and its gradient stacked again).
         xin_ExBxCxD = dot("blec,bld->ebcd", dispatch_BxLxExC, x_BxLxD).astype(dt)
-        h_ExBxCx2xF = dot("ebcd,edkf->ebckf", xin_ExBxCxD, self.w_in_ExDx2xF[...].astype(dt))
-        h_ExBxCxF = (jax.nn.silu(h_ExBxCx2xF[..., 0, :]) * h_ExBxCx2xF[..., 1, :]).astype(dt)
+        w_in_ExDx2xF = self.w_in_ExDx2xF[...].astype(dt)
+        gate_ExBxCxF = dot("ebcd,edf->ebcf", xin_ExBxCxD, w_in_ExDx2xF[:, :, 0])
+        up_ExBxCxF = dot("ebcd,edf->ebcf", xin_ExBxCxD, w_in_ExDx2xF[:, :, 1])
+        h_ExBxCxF = (jax.nn.silu(gate_ExBxCxF) * up_ExBxCxF).astype(dt)
         out_ExBxCxD = dot("ebcf,efd->ebcd", h_ExBxCxF, self.w_out_ExFxD[...].astype(dt)).astype(dt)
         y_BxLxD = dot("blec,ebcd->bld", combine_BxLxExC, out_ExBxCxD).astype(dt)
         if self.shared is not None:

@@ -1,0 +1,44 @@
+"""How many chunks the output layer takes the vocabulary in (pure arithmetic).
+
+Compiled for a TPU, the trainer computes the output layer and the loss a chunk of the
+vocabulary at a time (`tpujob_trainer.models.output_loss`), so that one device holds one
+chunk's logits rather than all of them; the HBM estimate counts the same chunk
+(`tpujob_plan.memory`). Both read the count from here.
+"""
+
+from __future__ import annotations
+
+import math
+
+# One device's logits per chunk at most this many bytes (on a TPU target). Measured with the
+# TPU compiler (benchmarks/tpu_compile.py, results/tpu_compile.md): the 1.14B model's step on
+# a tpu7x-8 holds 5.42 -> 4.38 GiB per device with 2 chunks; Llama 3 8B's layers at 8 x 8192
+# tokens on a v6e-8 9.04 -> 6.78 GiB with 4 chunks of 512 MiB. Not where the batch is split
+# over `data` (data parallelism, as across slices): on two v6e-8 slices the chunked step held
+# more, 4.82 -> 5.26 GiB.
+CHUNK_BYTES = 256 * 2**20
+MAX_CHUNKS = 16
+# A chunk's width is a multiple of the MXU's 128 lanes (the last chunk takes the rest).
+LANE = 128
+
+
+def vocab_chunks(vocab: int, local_tokens: float, itemsize: int, *, platform: str = "tpu",
+                 vocab_split: int = 1, data: int = 1) -> int:
+    """How many chunks the vocabulary is taken in: 1 (the plain path) off a TPU, where the
+    vocabulary is split over the mesh already (`vocab_split` > 1: each device holds only its
+    part), where the mesh's `data` axis splits the batch (`data` > 1), or where one device's
+    logits fit in `CHUNK_BYTES`; otherwise the fewest chunks that bring one chunk under
+    `CHUNK_BYTES`, at most `MAX_CHUNKS` and none narrower than `LANE`."""
+    if platform != "tpu" or vocab_split > 1 or data > 1:
+        return 1
+    chunks = math.ceil(local_tokens * vocab * itemsize / CHUNK_BYTES)
+    return len(chunk_bounds(vocab, max(1, min(chunks, MAX_CHUNKS, vocab // LANE))))
+
+
+def chunk_bounds(vocab: int, chunks: int) -> list[tuple[int, int]]:
+    """[start, end) of each chunk: widths a whole number of lanes (but the last's), covering
+    `vocab`; as many chunks as those widths give (at most `chunks`)."""
+    if chunks <= 1:
+        return [(0, vocab)]
+    width = math.ceil(vocab / chunks / LANE) * LANE
+    return [(s, min(vocab, s + width)) for s in range(0, vocab, width)]
