@@ -205,11 +205,28 @@ MODULES: dict[str, list[str]] = {
                                                    "tests/trainer/test_aot.py"],
     "trainer/tpujob_trainer/models/layers.py": ["tests/trainer/test_attention.py",
                                                 "tests/trainer/test_mixed_dot.py",
-                                                "tests/trainer/test_model.py"],
+                                                "tests/trainer/test_model.py",
+                                                "tests/trainer/test_output_loss.py::test_the_mlp_"
+                                                "on_a_tpu_target_is_the_stacked_one"],
     "trainer/tpujob_trainer/sharding.py": ["tests/trainer/test_attention.py",
                                            "tests/trainer/test_aot.py"],
     "trainer/tpujob_trainer/aot.py": ["tests/trainer/test_aot.py"],
-    "trainer/tpujob_trainer/step.py": ["tests/trainer/test_loss.py", "tests/trainer/test_model.py"],
+    "trainer/tpujob_trainer/step.py": ["tests/trainer/test_loss.py", "tests/trainer/test_model.py",
+                                       "tests/trainer/test_output_loss.py"],
+    # The output layer by vocabulary chunks: the count (also the HBM estimate's), the chunked
+    # loss and its gradients, and the model's loss taking it (the compile test last: slowest).
+    "trainer/tpujob_plan/vocab_chunks.py": [
+        "tests/trainer/test_output_loss.py::test_vocab_chunks",
+        "tests/trainer/test_output_loss.py::test_chunk_bounds_cover_the_vocabulary_in_lane_widths",
+        "tests/plan/test_memory_and_flops.py"],
+    "trainer/tpujob_trainer/models/output_loss.py": [
+        "tests/trainer/test_output_loss.py::test_chunked_loss_and_gradients_are_the_plain_ones",
+        "tests/trainer/test_output_loss.py::test_on_a_tpu_target_the_models_loss_is_chunked_and_"
+        "the_same", "tests/trainer/test_output_loss.py::test_compiled_for_a_tpu_the_step_holds_"
+        "one_chunk_of_the_logits"],
+    "trainer/tpujob_trainer/models/decoder.py": ["tests/trainer/test_model.py",
+                                                 "tests/trainer/test_output_loss.py"],
+    "trainer/tpujob_trainer/models/moe.py": ["tests/trainer/test_model.py"],
     "operator/tpujob/cli/plan_compile.py": ["tests/plan/test_plan_compile.py"],
     "operator/tpujob/cli/local_cmd.py": [
         "tests/e2e/test_cli_up.py::test_a_port_with_the_real_control_plane_is_refused_before_"

@@ -227,6 +227,27 @@ def test_remat_full_peaks_at_the_larger_of_the_logits_and_a_layers_backward():
     assert big.breakdown["logits"] == pytest.approx(2 * tokens * 4096 * 2 / 2)
 
 
+@pytest.mark.parametrize("mesh, setting, width", [
+    ({"fsdp": 8}, "auto", 16128),            # 2 GiB of logits per device: 8 chunks of <= 256 MiB
+    ({"fsdp": 8}, 1, 128256),                # chunks off: every logit
+    ({"fsdp": 8}, 3, 42752),                 # a count: its chunks' width
+    ({"fsdp": 4, "tensor": 2}, "auto", 64128),   # the vocabulary split over tensor: no chunks
+    ({"fsdp": 4, "data": 2}, "auto", 128256),    # the batch split over data: no chunks
+])
+def test_the_logits_term_counts_one_chunk_where_the_output_layer_is_chunked(mesh, setting, width):
+    """Llama 3's vocabulary at 8 x 8192 tokens over 8 devices, as the trainer compiles it for a
+    TPU (`tpujob_plan.vocab_chunks`), through the request the operator and `tpujob plan` use."""
+    from tpujob_plan.memory import MemoryRequest
+    from tpujob_plan.model_shape import ModelShape
+
+    shape = ModelShape(vocab_size=128256, d_model=64, n_layers=1, n_heads=1, n_kv_heads=1,
+                       head_dim=64, mlp_dim=128)
+    est = MemoryRequest(shape=shape, global_batch=8, seq_len=8192, remat="full",
+                        vocab_chunks=setting).estimate(mesh, None, "v6e")
+    tokens = 8 * 8192 / (mesh.get("fsdp", 1) * mesh.get("data", 1))
+    assert est.breakdown["logits"] == pytest.approx(2 * tokens * width * 2)
+
+
 @pytest.mark.parametrize("generation, allowance", [
     ("v6e", 1.0), ("v5p", 0.95), ("tpu7x", 1.4),
     (None, 1.4), ("v5litepod", 1.4),             # not measured: the largest allowance

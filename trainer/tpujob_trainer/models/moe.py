@@ -62,7 +62,8 @@ class MoE(nnx.Module):
 
         # Matmuls as the dense layers do them (layers.dot); gate and up as two matmuls (a
         # stacked [.., 2, F] value would be sliced into copies and its gradient stacked again).
-        xin_ExBxCxD = dot("blec,bld->ebcd", dispatch_BxLxExC, x_BxLxD).astype(dt)
+        # (The tokens first: XLA:CPU runs no bf16 x bf16 -> f32 matmul of the other order.)
+        xin_ExBxCxD = dot("bld,blec->ebcd", x_BxLxD, dispatch_BxLxExC).astype(dt)
         w_in_ExDx2xF = self.w_in_ExDx2xF[...].astype(dt)
         gate_ExBxCxF = dot("ebcd,edf->ebcf", xin_ExBxCxD, w_in_ExDx2xF[:, :, 0])
         up_ExBxCxF = dot("ebcd,edf->ebcf", xin_ExBxCxD, w_in_ExDx2xF[:, :, 1])
