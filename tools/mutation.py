@@ -221,6 +221,7 @@ MODULES: dict[str, list[str]] = {
         "tests/plan/test_memory_and_flops.py"],
     "trainer/tpujob_trainer/models/output_loss.py": [
         "tests/trainer/test_output_loss.py::test_chunked_loss_and_gradients_are_the_plain_ones",
+        "tests/trainer/test_output_loss.py::test_auto_chunks_follow_the_generation_compiled_for",
         "tests/trainer/test_output_loss.py::test_on_a_tpu_target_the_models_loss_is_chunked_and_"
         "the_same", "tests/trainer/test_output_loss.py::test_compiled_for_a_tpu_the_step_holds_"
         "one_chunk_of_the_logits"],
@@ -271,6 +272,15 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("trainer/tpujob_plan/topologies.py",
      "has_curated_default=lambda c: c <= 6144 or c in {6912, 8192, 8960, 9216}),",
      "6144 -> 6145"): "no tpu7x topology has 6145 chips",
+    ("trainer/tpujob_plan/vocab_chunks.py", "vocab_split: int = 1, data: int = 1) -> int:",
+     "1 -> 0"): "a default of 0 is no split either: only a split over 1 turns chunks off",
+    ("trainer/tpujob_plan/vocab_chunks.py",
+     "return len(chunk_bounds(vocab, max(1, min(chunks, MAX_CHUNKS, vocab // LANE))))",
+     "1 -> 0"): "chunk_bounds gives one chunk for a count of 0 or 1 alike",
+    ("trainer/tpujob_plan/vocab_chunks.py", "if chunks <= 1:", "<= -> <"):
+        "for one chunk the lane-rounded width covers the vocabulary: the same single chunk",
+    ("trainer/tpujob_plan/vocab_chunks.py", "if chunks <= 1:", "1 -> 0"):
+        "for one chunk the lane-rounded width covers the vocabulary: the same single chunk",
     ("trainer/tpujob_plan/flops.py", "moe_ffn = 0.0", "0.0 -> 1"):
         "a dense shape has no MoE layer, so moe_ffn is multiplied by 0; a MoE one reassigns it",
     ("trainer/tpujob_plan/memory.py",

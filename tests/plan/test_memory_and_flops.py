@@ -246,6 +246,11 @@ def test_the_logits_term_counts_one_chunk_where_the_output_layer_is_chunked(mesh
                         vocab_chunks=setting).estimate(mesh, None, "v6e")
     tokens = 8 * 8192 / (mesh.get("fsdp", 1) * mesh.get("data", 1))
     assert est.breakdown["logits"] == pytest.approx(2 * tokens * width * 2)
+    if setting == "auto":   # on a v5p, auto never chunks (allowance 0.95)
+        v5p = MemoryRequest(shape=shape, global_batch=8, seq_len=8192, remat="full",
+                            vocab_chunks=setting).estimate(mesh, None, "v5p")
+        full = 128256 / mesh.get("tensor", 1)
+        assert v5p.breakdown["logits"] == pytest.approx(0.95 * 2 * tokens * full * 2)
 
 
 @pytest.mark.parametrize("generation, allowance", [

@@ -218,7 +218,8 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
     # Compiled for a TPU, the output layer takes the vocabulary in chunks once one device's
     # logits are large: one chunk's logits and their gradient are held at a time.
     vocab = shape.vocab_size / tensor
-    chunks = (vocab_chunks(shape.vocab_size, tokens, compute_bytes, vocab_split=tensor, data=data)
+    chunks = (vocab_chunks(shape.vocab_size, tokens, compute_bytes, vocab_split=tensor, data=data,
+                           generation=generation)
               if output_chunks == "auto" else len(chunk_bounds(shape.vocab_size, output_chunks)))
     if chunks > 1:
         vocab = chunk_bounds(shape.vocab_size, chunks)[0][1]

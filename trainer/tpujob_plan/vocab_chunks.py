@@ -17,19 +17,25 @@ import math
 # over `data` (data parallelism, as across slices): on two v6e-8 slices the chunked step held
 # more, 4.82 -> 5.26 GiB.
 CHUNK_BYTES = 256 * 2**20
+# Generations whose compiled step peaks in the layers' backward pass whatever the logits, so
+# that chunks only add the recomputation: v5p (the 1.14B model at 32 x 2048 on a v5p-8 holds
+# 8.43 GiB per device either way, and the cost model's time goes 0.0446 -> 0.0507 s).
+UNCHUNKED_GENERATIONS = frozenset({"v5p"})
 MAX_CHUNKS = 16
 # A chunk's width is a multiple of the MXU's 128 lanes (the last chunk takes the rest).
 LANE = 128
 
 
 def vocab_chunks(vocab: int, local_tokens: float, itemsize: int, *, platform: str = "tpu",
-                 vocab_split: int = 1, data: int = 1) -> int:
-    """How many chunks the vocabulary is taken in: 1 (the plain path) off a TPU, where the
-    vocabulary is split over the mesh already (`vocab_split` > 1: each device holds only its
-    part), where the mesh's `data` axis splits the batch (`data` > 1), or where one device's
-    logits fit in `CHUNK_BYTES`; otherwise the fewest chunks that bring one chunk under
-    `CHUNK_BYTES`, at most `MAX_CHUNKS` and none narrower than `LANE`."""
-    if platform != "tpu" or vocab_split > 1 or data > 1:
+                 vocab_split: int = 1, data: int = 1, generation: str | None = None) -> int:
+    """How many chunks the vocabulary is taken in: 1 (the plain path) off a TPU, on a
+    generation in `UNCHUNKED_GENERATIONS`, where the vocabulary is split over the mesh already
+    (`vocab_split` > 1: each device holds only its part), where the mesh's `data` axis splits
+    the batch (`data` > 1), or where one device's logits fit in `CHUNK_BYTES`; otherwise the
+    fewest chunks that bring one chunk under `CHUNK_BYTES`, at most `MAX_CHUNKS` and none
+    narrower than `LANE`."""
+    if (platform != "tpu" or generation in UNCHUNKED_GENERATIONS or vocab_split > 1
+            or data > 1):
         return 1
     chunks = math.ceil(local_tokens * vocab * itemsize / CHUNK_BYTES)
     return len(chunk_bounds(vocab, max(1, min(chunks, MAX_CHUNKS, vocab // LANE))))

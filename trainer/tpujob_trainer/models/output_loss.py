@@ -27,6 +27,7 @@ import math
 import jax
 import jax.numpy as jnp
 
+from tpujob_plan.generations import generation_for_device_kind
 from tpujob_plan.vocab_chunks import chunk_bounds, vocab_chunks
 from tpujob_trainer.sharding import active_mesh, logical_to_spec, shard, target_platform
 
@@ -118,5 +119,7 @@ def chunks_for(x_BxLxD: jax.Array, vocab: int, setting: int | str = "auto") -> i
                 splits[i] = math.prod(mesh.shape[a] for a in axes)
     local = math.ceil(B / splits[0]) * math.ceil(L / splits[1])
     data = mesh.shape.get("data", 1) if mesh is not None else 1
+    kind = generation_for_device_kind(mesh.devices.flat[0].device_kind) if mesh is not None else None
+    generation = kind.prefix if kind else None
     return vocab_chunks(vocab, local, x_BxLxD.dtype.itemsize, platform=target_platform(),
-                        vocab_split=splits[2], data=data)
+                        vocab_split=splits[2], data=data, generation=generation)
