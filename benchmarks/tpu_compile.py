@@ -1,7 +1,8 @@
 """tpujob's trainer and MaxText compiled for TPU slices by the TPU compiler, side by side, on
 the same model, in the same run, without a TPU.
 
-    .venv/bin/python benchmarks/tpu_compile.py [--row NAME ...] [--write]
+    .venv/bin/python benchmarks/tpu_compile.py [--row NAME ...] [--json FILE] [--write]
+    .venv/bin/python benchmarks/tpu_compile.py --from-json FILE [FILE ...] [--write]
 
 Both sides compile their real train step with libtpu's compiler for a TPU topology from
 `jax.experimental.topologies.get_topology_desc` (libtpu 0.0.42.*, the version JAX 0.10.2 pairs
@@ -181,14 +182,31 @@ def _ratio(a: float | None, b: float | None) -> str:
     return f"{a / b:.2f}" if a and b else "-"
 
 
+def estimate_gib(r: dict) -> float:
+    """`tpujob plan`'s HBM estimate (`TrainerConfig.memory_request()`) for the row, per device,
+    on the mesh and generation the row compiled for."""
+    from tpujob_trainer.config.root import TrainerConfig
+
+    model = MODELS[r["model"]] | {"remat": "full", "dtype": "bfloat16", "param_dtype": "float32"}
+    cfg = TrainerConfig.from_dict({"model": model, "train": {"global_batch": r["batch"],
+                                                             "seq_len": r["seq"]}})
+    devices = _devices(r["slice"])
+    mesh = {"fsdp": devices, "data": r["slices"]}
+    est = cfg.memory_request().estimate(mesh, None, r["slice"].split("-")[0])
+    return est.per_device_bytes / GIB
+
+
 def table(rows: list[dict]) -> str:
     head = ("| model | slice | batch x seq | HBM MaxText | HBM tpujob | ratio (goal <= 0.95) "
             "| temporaries MaxText / tpujob | bytes accessed MaxText / tpujob (ratio, goal <= 1) "
-            "| FLOPs MaxText / tpujob | cost model (s) MaxText / tpujob | compile s MaxText / tpujob |")
-    lines = [head, "|" + "---|" * 11]
+            "| FLOPs MaxText / tpujob | cost model (s) MaxText / tpujob | compile s MaxText / tpujob "
+            "| tpujob plan's estimate (vs compiled) |")
+    lines = [head, "|" + "---|" * 12]
     for r in rows:
         m, t = r["maxtext"], r["tpujob"]
         slices = f"{r['slices']} x {r['slice']}" if r["slices"] > 1 else r["slice"]
+
+        est = estimate_gib(r)
 
         def cm(d):
             return f"{d['optimal_seconds']:.4f}" if d.get("optimal_seconds") else "invalid"
@@ -199,7 +217,8 @@ def table(rows: list[dict]) -> str:
             f"| {m['bytes_accessed'] / 1e9:.1f} / {t['bytes_accessed'] / 1e9:.1f} GB "
             f"({_ratio(t['bytes_accessed'], m['bytes_accessed'])}) "
             f"| {m['flops'] / 1e12:.2f} / {t['flops'] / 1e12:.2f} T | {cm(m)} / {cm(t)} "
-            f"| {m['compile_s']:.0f} / {t['compile_s']:.0f} |")
+            f"| {m['compile_s']:.0f} / {t['compile_s']:.0f} "
+            f"| {est:.2f} GiB ({est * GIB / t['hbm_bytes'] - 1:+.0%}) |")
     return "\n".join(lines)
 
 
@@ -208,9 +227,15 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--row", action="append", choices=list(ROWS), help="rows to run (default all)")
     p.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(REPO)}")
     p.add_argument("--json", help="also write the raw rows to this file")
+    p.add_argument("--from-json", nargs="+", metavar="FILE",
+                   help="compile nothing: the table of rows saved by --json (a row in a later "
+                        "file replaces the same row in an earlier one), in ROWS order")
     args = p.parse_args(argv)
     rows = []
-    for name in args.row or list(ROWS):
+    if args.from_json:
+        saved = {r["row"]: r for f in args.from_json for r in json.loads(Path(f).read_text())}
+        rows = [saved[name] for name in ROWS if name in saved]
+    for name in [] if args.from_json else args.row or list(ROWS):
         print(f"compiling {name} ...", file=sys.stderr, flush=True)
         rows.append(one_row(name))
         print(table(rows[-1:]).splitlines()[-1], flush=True)

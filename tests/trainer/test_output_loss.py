@@ -53,13 +53,18 @@ def test_chunked_loss_and_gradients_are_the_plain_ones(vocab, chunks, dtype):
 @pytest.mark.parametrize("vocab,tokens,platform,split,data,want", [
     (32000, 4096, "cpu", 1, 1, 1),                 # off a TPU: the plain path
     (32000, 4096, "tpu", 1, 1, 1),                 # 250 MiB of logits: under one chunk
-    (32000, 8192, "tpu", 1, 1, 2),                 # 500 MiB
+    (32000, 8192, "tpu", 1, 1, 2),                 # 500 MiB: at least 2 chunks
+    (32000, 16384, "tpu", 1, 1, 2),                # 1000 MiB: 2 of <= 512 MiB
+    (32000, 16800, "tpu", 1, 1, 3),                # 1025.4 MiB: 3
     (32000, 8192, "tpu", 2, 1, 1),                 # the vocabulary split over the mesh already
-    (128256, 8192, "tpu", 1, 1, 8),                # Llama 3's vocabulary: 2 GiB
+    (128256, 8192, "tpu", 1, 1, 4),                # Llama 3's vocabulary: 2 GiB
     (128256, 8192, "tpu", 1, 2, 1),                # the batch split over `data` (slices)
     (128256, 65536, "tpu", 1, 1, 16),              # at most MAX_CHUNKS (16)
     (32768, 4096, "tpu", 1, 1, 1),                 # exactly 256 MiB: one chunk
     (32768, 4097, "tpu", 1, 1, 2),                 # a token more: two
+    (32768, 8192, "tpu", 1, 1, 2),                 # exactly 512 MiB: two
+    (32768, 16384, "tpu", 1, 1, 2),                # exactly 1 GiB: two of 512 MiB
+    (32768, 16385, "tpu", 1, 1, 3),                # a token more: three
     (256, 1 << 20, "tpu", 1, 1, 2),                # no chunk narrower than a lane
     (300, 1 << 20, "tpu", 1, 1, 2),                # 256 and 44: no more than whole lanes
 ])
@@ -91,6 +96,7 @@ def _model_loss(monkeypatch, platform, vocab_chunk_bytes):
 
     monkeypatch.setattr(ol, "target_platform", lambda: platform)
     monkeypatch.setattr(vc, "CHUNK_BYTES", vocab_chunk_bytes)
+    monkeypatch.setattr(vc, "CHUNKED_FROM_BYTES", vocab_chunk_bytes)
     calls = []
     real = ol._output_loss
     monkeypatch.setattr(ol, "_output_loss", lambda *a: calls.append(a[3]) or real(*a))

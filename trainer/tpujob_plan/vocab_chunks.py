@@ -10,13 +10,16 @@ from __future__ import annotations
 
 import math
 
-# One device's logits per chunk at most this many bytes (on a TPU target). Measured with the
-# TPU compiler (benchmarks/tpu_compile.py, results/tpu_compile.md): the 1.14B model's step on
-# a tpu7x-8 holds 5.42 -> 4.38 GiB per device with 2 chunks; Llama 3 8B's layers at 8 x 8192
-# tokens on a v6e-8 9.04 -> 6.78 GiB with 4 chunks of 512 MiB. Not where the batch is split
-# over `data` (data parallelism, as across slices): on two v6e-8 slices the chunked step held
-# more, 4.82 -> 5.26 GiB.
-CHUNK_BYTES = 256 * 2**20
+# Chunked where one device's logits pass CHUNKED_FROM_BYTES, in the fewest chunks (at least 2)
+# of at most CHUNK_BYTES each. Measured with the TPU compiler (benchmarks/tpu_compile.py,
+# results/tpu_compile.md): the 1.14B model's step on a tpu7x-8 (500 MiB of logits per device)
+# holds 5.42 -> 4.38 GiB per device in 2 chunks; Llama 3 8B's layers at 8 x 8192 tokens on a
+# v6e-8 (2 GiB) 9.04 -> 6.78 GiB in 4 chunks, but 7.78 GiB in 8 (more chunks, more of them
+# live at once, and more bytes moved). Not where the batch is split over `data` (data
+# parallelism, as across slices): on two v6e-8 slices the chunked step held more, 4.82 -> 5.26
+# GiB.
+CHUNKED_FROM_BYTES = 256 * 2**20
+CHUNK_BYTES = 512 * 2**20
 # Generations whose compiled step peaks in the layers' backward pass whatever the logits, so
 # that chunks only add the recomputation: v5p (the 1.14B model at 32 x 2048 on a v5p-8 holds
 # 8.43 GiB per device either way, and the cost model's time goes 0.0446 -> 0.0507 s).
@@ -31,13 +34,16 @@ def vocab_chunks(vocab: int, local_tokens: float, itemsize: int, *, platform: st
     """How many chunks the vocabulary is taken in: 1 (the plain path) off a TPU, on a
     generation in `UNCHUNKED_GENERATIONS`, where the vocabulary is split over the mesh already
     (`vocab_split` > 1: each device holds only its part), where the mesh's `data` axis splits
-    the batch (`data` > 1), or where one device's logits fit in `CHUNK_BYTES`; otherwise the
-    fewest chunks that bring one chunk under `CHUNK_BYTES`, at most `MAX_CHUNKS` and none
-    narrower than `LANE`."""
+    the batch (`data` > 1), or where one device's logits are no more than `CHUNKED_FROM_BYTES`;
+    otherwise the fewest chunks, at least 2, that bring one chunk under `CHUNK_BYTES`, at most
+    `MAX_CHUNKS` and none narrower than `LANE`."""
     if (platform != "tpu" or generation in UNCHUNKED_GENERATIONS or vocab_split > 1
             or data > 1):
         return 1
-    chunks = math.ceil(local_tokens * vocab * itemsize / CHUNK_BYTES)
+    logits = local_tokens * vocab * itemsize
+    if logits <= CHUNKED_FROM_BYTES:
+        return 1
+    chunks = max(2, math.ceil(logits / CHUNK_BYTES))
     return len(chunk_bounds(vocab, max(1, min(chunks, MAX_CHUNKS, vocab // LANE))))
 
 

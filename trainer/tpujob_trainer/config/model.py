@@ -64,8 +64,9 @@ class ModelConfig(_Frozen):
     vocab_chunks: VocabChunks = Field(
         "auto", description="The output layer and the loss a chunk of the vocabulary at a time, so "
         "that one device holds one chunk's logits, not all of them (for one more output-layer "
-        "matmul): a count (1: off), or auto: on a TPU, chunks of at most 256 MiB of one device's "
-        "logits once they are larger; elsewhere 1.")
+        "matmul): a count (1: off), or auto: on a TPU, once one device's logits pass 256 MiB, "
+        "at least 2 chunks of at most 512 MiB each (not on v5p, nor where the batch is split "
+        "over data); elsewhere 1.")
     dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="Activation (compute) dtype.")
     param_dtype: Literal["float32", "bfloat16"] = Field("float32", description="Parameter dtype.")
 

@@ -15,8 +15,9 @@ benchmarks/tpu_compile.py).
 
 MaxText offers the same trade as a setting (`num_vocab_tiling`, off by default). Here it is
 chosen per compile target (`tpujob_plan.vocab_chunks`): on a TPU, where HBM is what a job runs
-out of, the vocabulary is chunked once one device's logits exceed 256 MiB; elsewhere (XLA:CPU,
-whose speed the plain path was tuned for) the plain path, `dot` then `step.cross_entropy`.
+out of, the vocabulary is chunked once one device's logits pass 256 MiB (not on v5p, nor where
+`data` splits the batch); elsewhere (XLA:CPU, whose speed the plain path was tuned for) the
+plain path, `dot` then `step.cross_entropy`.
 """
 
 from __future__ import annotations
