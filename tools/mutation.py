@@ -275,9 +275,6 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("trainer/tpujob_plan/vocab_chunks.py",
      "vocab_split: int = 1, data: int = 1, generation: str | None = None) -> int:",
      "1 -> 0"): "a default of 0 is no split either: only a split over 1 turns chunks off",
-    ("trainer/tpujob_plan/vocab_chunks.py",
-     "return len(chunk_bounds(vocab, max(1, min(chunks, MAX_CHUNKS, vocab // LANE))))",
-     "1 -> 0"): "chunk_bounds gives one chunk for a count of 0 or 1 alike",
     ("trainer/tpujob_plan/vocab_chunks.py", "if chunks <= 1:", "<= -> <"):
         "for one chunk the lane-rounded width covers the vocabulary: the same single chunk",
     ("trainer/tpujob_plan/vocab_chunks.py", "if chunks <= 1:", "1 -> 0"):

@@ -44,7 +44,8 @@ def vocab_chunks(vocab: int, local_tokens: float, itemsize: int, *, platform: st
     if logits <= CHUNKED_FROM_BYTES:
         return 1
     chunks = max(2, math.ceil(logits / CHUNK_BYTES))
-    return len(chunk_bounds(vocab, max(1, min(chunks, MAX_CHUNKS, vocab // LANE))))
+    # Widths are whole lanes: a vocabulary of few lanes takes fewer chunks (`chunk_bounds`).
+    return len(chunk_bounds(vocab, min(chunks, MAX_CHUNKS)))
 
 
 def chunk_bounds(vocab: int, chunks: int) -> list[tuple[int, int]]:
