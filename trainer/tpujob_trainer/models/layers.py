@@ -127,14 +127,36 @@ def _swiglu_fwd(h_BxLx2xF):
 
 
 def _swiglu_bwd(h_BxLx2xF, g_BxLxF):
-    gate, up = h_BxLx2xF[:, :, 0], h_BxLx2xF[:, :, 1]
-    sig = jax.nn.sigmoid(gate)
-    d_gate = g_BxLxF * up * sig * (1 + gate * (1 - sig))
-    d_up = g_BxLxF * gate * sig
+    d_gate, d_up = _swiglu_grads(h_BxLx2xF[:, :, 0], h_BxLx2xF[:, :, 1], g_BxLxF)
     return (jnp.stack([d_gate, d_up], axis=2),)
 
 
 swiglu.defvjp(_swiglu_fwd, _swiglu_bwd)
+
+
+def _swiglu_grads(gate, up, g):
+    sig = jax.nn.sigmoid(gate)
+    return g * up * sig * (1 + gate * (1 - sig)), g * gate * sig
+
+
+@jax.custom_vjp
+def swiglu_pair(gate_BxLxF: jax.Array, up_BxLxF: jax.Array) -> jax.Array:
+    """silu(gate) * up of two separate projections, keeping only gate and up for the backward
+    pass (autodiff would also keep the sigmoid and the SiLU: two more values of the layer's
+    largest size under remat none)."""
+    return jax.nn.silu(gate_BxLxF) * up_BxLxF
+
+
+def _swiglu_pair_fwd(gate_BxLxF, up_BxLxF):
+    return swiglu_pair(gate_BxLxF, up_BxLxF), (gate_BxLxF, up_BxLxF)
+
+
+def _swiglu_pair_bwd(res, g_BxLxF):
+    gate_BxLxF, up_BxLxF = res
+    return _swiglu_grads(gate_BxLxF, up_BxLxF, g_BxLxF)
+
+
+swiglu_pair.defvjp(_swiglu_pair_fwd, _swiglu_pair_bwd)
 
 
 class MLP(nnx.Module):
@@ -154,7 +176,7 @@ class MLP(nnx.Module):
             # layer's backward pass (measured with the TPU compiler: benchmarks/tpu_compile.py).
             gate_BxLxF = dot("bld,df->blf", x_BxLxD, w_Dx2xF[:, 0])
             up_BxLxF = dot("bld,df->blf", x_BxLxD, w_Dx2xF[:, 1])
-            h_BxLxF = (jax.nn.silu(gate_BxLxF) * up_BxLxF).astype(dt)
+            h_BxLxF = swiglu_pair(gate_BxLxF, up_BxLxF).astype(dt)
         else:
             # Gate and up leave one matmul in float32 (its accumulator), where SiLU and the
             # product are computed; one rounding to the compute dtype after (fewer converts than

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from tpujob_trainer.config.model import MoEConfig
-from tpujob_trainer.models.layers import MLP, dot, init_param
+from tpujob_trainer.models.layers import MLP, dot, init_param, swiglu_pair
 
 
 class MoE(nnx.Module):
@@ -67,7 +67,7 @@ class MoE(nnx.Module):
         w_in_ExDx2xF = self.w_in_ExDx2xF[...].astype(dt)
         gate_ExBxCxF = dot("ebcd,edf->ebcf", xin_ExBxCxD, w_in_ExDx2xF[:, :, 0])
         up_ExBxCxF = dot("ebcd,edf->ebcf", xin_ExBxCxD, w_in_ExDx2xF[:, :, 1])
-        h_ExBxCxF = (jax.nn.silu(gate_ExBxCxF) * up_ExBxCxF).astype(dt)
+        h_ExBxCxF = swiglu_pair(gate_ExBxCxF, up_ExBxCxF).astype(dt)
         out_ExBxCxD = dot("ebcf,efd->ebcd", h_ExBxCxF, self.w_out_ExFxD[...].astype(dt)).astype(dt)
         y_BxLxD = dot("blec,ebcd->bld", combine_BxLxExC, out_ExBxCxD).astype(dt)
         if self.shared is not None:
