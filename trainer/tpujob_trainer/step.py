@@ -63,11 +63,10 @@ def loss_fn(params, graphdef: nnx.GraphDef, tokens_BxL1: jax.Array, aux_weight: 
     model = nnx.merge(graphdef, params)
     x_BxLxD, aux = model.features(tokens_BxL1[:, :-1])
     targets_BxL = tokens_BxL1[:, 1:]
-    w_DxV = model.output_weight()
-    chunks = chunks_for(x_BxLxD, w_DxV.shape[1], model.vocab_chunks)
+    chunks = chunks_for(x_BxLxD, model.embed_VxD.shape[0], model.vocab_chunks)
     if chunks > 1:
         # The output layer and the loss by vocabulary chunks (auto: on a TPU, large logits).
-        ce = output_loss(x_BxLxD, w_DxV, targets_BxL, chunks)
+        ce = output_loss(x_BxLxD, model.output_weight(), targets_BxL, chunks)
     else:
         ce = cross_entropy(model.logits(x_BxLxD), targets_BxL)
     return ce + aux_weight * aux, (ce, aux)
