@@ -99,11 +99,24 @@ MODULES: dict[str, list[str]] = {
     "trainer/tpujob_trainer/contract.py": ["tests/controller/test_trainer_contract.py",
                                            "tests/trainer/test_termination_message.py",
                                            "tests/trainer/test_contract.py",
-                                           "tests/controller/test_observe.py"],
+                                           "tests/controller/test_observe.py",
+                                           "tests/controller/test_host_reports.py",
+                                           "tests/trainer/test_host_report.py"],
     "trainer/tpujob_trainer/telemetry/timeline.py": ["tests/controller/test_trainer_contract.py",
                                                      "tests/trainer/test_timeline.py"],
     "trainer/tpujob_trainer/telemetry/peak.py": ["tests/trainer/test_peak.py"],
-    "trainer/tpujob_trainer/env.py": ["tests/trainer/test_contract.py"],
+    "trainer/tpujob_trainer/env.py": ["tests/trainer/test_contract.py",
+                                      "tests/trainer/test_host_report.py"],
+    # Host reports: the trainer's lines and the operator's reader, each with the other's tests
+    # (what one writes, the other reads back), then the pulse run through the real CLI.
+    "trainer/tpujob_trainer/telemetry/host_report.py": ["tests/trainer/test_host_report.py",
+                                                        "tests/controller/test_host_reports.py"],
+    "operator/tpujob/controller/host_reports.py": ["tests/controller/test_host_reports.py"],
+    "operator/tpujob/log_progress.py": ["tests/progress/test_log_progress_unit.py",
+                                        "tests/controller/test_host_reports.py"],
+    "trainer/tpujob_trainer/cli.py": [
+        "tests/trainer/test_cli.py::test_pulse_trains_a_few_steps_and_reports",
+        "tests/trainer/test_cli.py"],
     "operator/tpujob/planning.py": ["tests/plan/test_memory_request.py",
                                     "tests/builders/test_job_file_fields.py",
                                     "tests/plan/test_layers.py"],
@@ -239,6 +252,7 @@ MODULES: dict[str, list[str]] = {
     "trainer/tpujob_trainer/remat.py": ["tests/plan/test_memory_request.py"],
     # The fast fakes first (-x: a mutant they kill costs no training), then real training.
     "trainer/tpujob_trainer/loop.py": ["tests/trainer/test_loop_steps.py",
+                                       "tests/trainer/test_host_report.py",
                                        "tests/trainer/test_loss_check.py",
                                        "tests/trainer/test_loop_train.py"],
 }
@@ -247,6 +261,9 @@ MODULES: dict[str, list[str]] = {
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("operator/tpujob/local/executor/in_place_restart.py", "@dataclass(frozen=True)",
      "True -> False"): "nothing assigns to a verdict after it is made",
+    ("trainer/tpujob_trainer/telemetry/host_report.py", "self._thread.join(timeout=5)",
+     "5 -> 6"): "the thread ends as soon as close sets the event; the bound only matters while "
+                "a write blocks on a full pipe, and then a second more is the same",
     ("operator/tpujob/builders/fingerprint.py",
      'return json.dumps(build_fingerprint(spec), sort_keys=True, separators=(",", ":"))',
      "True -> False"): "build_fingerprint already returns its keys sorted",

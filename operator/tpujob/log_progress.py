@@ -20,7 +20,7 @@ import json
 import re
 from typing import Any
 
-from tpujob_trainer.contract import LOG_PROGRESS_FIELDS
+from tpujob_trainer.contract import HOST_REPORT_EVENT, LOG_PROGRESS_FIELDS
 
 Doc = dict[str, Any]
 
@@ -89,7 +89,8 @@ def parse_maxtext_line(line: str) -> Doc | None:
 
 def parse_jsonl_line(line: str) -> Doc | None:
     """A JSON object with a numeric `step` (the built-in trainer's stdout lines have this form),
-    or None for a line that is not one (a program prints other things too)."""
+    or None for a line that is not one (a program prints other things too, and the trainer's
+    host reports, which carry a step, are read by `tpujob.controller.host_reports`)."""
     text = line.strip()
     if not text.startswith("{"):
         return None
@@ -97,7 +98,7 @@ def parse_jsonl_line(line: str) -> Doc | None:
         doc = json.loads(text)
     except ValueError:
         return None
-    if not isinstance(doc, dict) or "step" not in doc:
+    if not isinstance(doc, dict) or "step" not in doc or doc.get("event") == HOST_REPORT_EVENT:
         return None
     if isinstance(doc["step"], bool) or not isinstance(doc["step"], int | float):
         raise LogFormatError(f"step {doc['step']!r} is not a number")

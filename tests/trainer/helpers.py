@@ -187,17 +187,19 @@ def process_env(process_id: int, port: int, *, processes: int = 2, devices: int 
             "TPUJOB_CPU_DEVICES": str(devices), "TPUJOB_INIT_TIMEOUT_S": str(init_timeout_s)}
 
 
-def run_two_processes(args: list[str], tmp_path: Path, *,
-                      timeout: float = 240) -> list[tuple[int, str, str, dict | None]]:
+def run_two_processes(args: list[str], tmp_path: Path, *, timeout: float = 240,
+                      env: list[dict[str, str]] | None = None,
+                      ) -> list[tuple[int, str, str, dict | None]]:
     """Both processes of a 2 x 4-device job to their end: (exit code, stdout, stderr,
-    termination message) each. On timeout both are killed and the test fails with what they
-    printed (a hang must fail, not block)."""
+    termination message) each; `env`: each process's own extra variables. On timeout both are
+    killed and the test fails with what they printed (a hang must fail, not block)."""
     port = free_port()
     procs = []
     for pid in range(2):
-        env = clean_env(**process_env(pid, port),
-                        TPUJOB_TERMINATION_LOG=str(tmp_path / f"term{pid}"))
-        procs.append(subprocess.Popen(cli_command(*args), env=env, cwd=tmp_path,
+        extra = env[pid] if env else {}
+        process_vars = clean_env(**process_env(pid, port), **extra,
+                                 TPUJOB_TERMINATION_LOG=str(tmp_path / f"term{pid}"))
+        procs.append(subprocess.Popen(cli_command(*args), env=process_vars, cwd=tmp_path,
                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
     deadline = time.monotonic() + timeout
     outs = []

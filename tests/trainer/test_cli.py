@@ -35,6 +35,17 @@ def test_pulse_trains_a_few_steps_and_reports(tmp_path):
     assert run.termination["message"] == "trained 3 steps"
     assert run.termination["goodput"]["step"] == 3
     assert (tmp_path / "out" / "checkpoints" / "3").exists()
+    # The host report: every phase as it begins, each step split into busy and wait (their sum
+    # is the step time), the checkpointed step and the one its save slowed marked, a last line.
+    reports = run.of("host_report")
+    assert list(dict.fromkeys(r["phase"] for r in reports)) == [
+        "startup", "compile", "step", "checkpoint_save"]
+    assert (reports[-1]["step"], reports[-1]["process"], reports[-1]["host"]) == (3, 0, 0)
+    split = {s[0]: s for r in reports for s in r.get("steps", [])}
+    assert [split[n][3] for n in sorted(split)] == [0, 1, 1]
+    for s in steps:
+        _, busy, wait, _ = split[s["step"]]
+        assert busy + wait == pytest.approx(s["step_time_s"], abs=3e-6)
 
 
 def test_bad_config_exits_with_the_field_named(tmp_path):

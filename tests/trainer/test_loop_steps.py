@@ -328,8 +328,8 @@ def test_wandb_gets_each_logged_step_under_its_wandb_name_without_empty_figures(
 def test_a_failure_of_the_run_becomes_its_exit(monkeypatch, raised, exit_):
     seen = {}
 
-    def failing(cfg, penv, stop, log, timeline):
-        seen.update(stop=stop, log=log, timeline=timeline)
+    def failing(cfg, penv, stop, log, timeline, reporter):
+        seen.update(stop=stop, log=log, timeline=timeline, reporter=reporter)
         raise raised
 
     monkeypatch.setattr(loop, "_train", failing)
@@ -345,3 +345,4 @@ def test_a_failure_of_the_run_becomes_its_exit(monkeypatch, raised, exit_):
     assert isinstance(seen["stop"], StopSignal) and isinstance(seen["timeline"], Timeline)
     assert isinstance(seen["log"], JsonLog) and seen["log"].enabled
     assert seen["timeline"].process_index == 0
+    assert seen["reporter"] is None  # host reports come from the CLI's reporter only

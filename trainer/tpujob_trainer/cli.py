@@ -64,14 +64,17 @@ def _run(argv: list[str] | None) -> _Ending:
 
     from tpujob_trainer import distributed
     from tpujob_trainer.loop import train
+    from tpujob_trainer.telemetry.host_report import HostReporter
 
     timeline = _start_timeline(cfg.output, penv)
+    # Every process reports its phase and step times from here on, beating through the join.
+    reporter = HostReporter.for_process(penv)
     try:
         distributed.initialize(penv)
         distributed.watch_for_failures(penv)
         distributed.check_topology(penv)
         timeline.charge_until_now("tpu_initialization")
-        outcome = train(cfg, penv, timeline=timeline)
+        outcome = train(cfg, penv, timeline=timeline, reporter=reporter)
         return _finish(outcome.reason, outcome.message)
     except TrainerExit as e:
         return _finish(e.reason, e.message)
@@ -80,6 +83,9 @@ def _run(argv: list[str] | None) -> _Ending:
     except Exception as e:
         traceback.print_exc()
         return _finish(Reason.INTERNAL_ERROR, f"{type(e).__name__}: {e}")
+    finally:
+        if reporter is not None:
+            reporter.close()
 
 
 def _start_timeline(output: str, penv):

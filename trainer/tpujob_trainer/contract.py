@@ -9,10 +9,12 @@ environment names both sides use.
   termination message, and the summary of an earlier attempt (`previous`)
   (`telemetry/timeline.py`).
 - The progress fields a trainer's log lines may fill (the operator's log-based progress).
+- The host report line every process prints (its phase, heartbeat and per-step busy and wait
+  times: `telemetry/host_report.py`), read by `tpujob.controller.host_reports`.
 
-The operator's readers (`tpujob.controller.trainer_reports`) and the status's models are tied to
-these names by tests: a field or a category on one side only fails them (docs/trainer.md,
-docs/goodput.md).
+The operator's readers (`tpujob.controller.trainer_reports`, `tpujob.controller.host_reports`)
+and the status's models are tied to these names by tests: a field or a category on one side only
+fails them (docs/trainer.md, docs/goodput.md).
 """
 
 from __future__ import annotations
@@ -90,3 +92,25 @@ RECORD_SUMMARY_FIELDS = ("attempt", "step", "started_at", "ended_at", "end", "se
                          "step_time_median_s", "processes")
 # Where the exit records go, under the job's output.
 RECORD_DIR = "goodput"
+
+
+# The host report: one compact JSON line on every process's stdout (docs/trainer.md), at each
+# phase change and every heartbeat interval, carrying the steps completed since the last one.
+HOST_REPORT_EVENT = "host_report"   # its `event`: what picks the lines out of a log
+
+
+class HostPhase(enum.StrEnum):
+    """Where a process is, as its host report says (the operator's hang timeouts are per phase:
+    `tpujob.controller.hangs.HostPhase` has the same names)."""
+
+    STARTUP = "startup"                        # process start, distributed init, the state made
+    COMPILE = "compile"                        # until the first step ends
+    STEP = "step"                              # steady steps
+    CHECKPOINT_SAVE = "checkpoint_save"        # a save blocking the loop
+    CHECKPOINT_RESTORE = "checkpoint_restore"
+
+
+HOST_REPORT_FIELDS = ("event", "time", "process", "slice", "host", "container", "phase", "step",
+                      "moved_at", "steps", "dropped")
+# One entry of `steps`: [step, busy_s, wait_s, checkpoint]; total_s = busy_s + wait_s.
+HOST_STEP_FIELDS = ("step", "busy_s", "wait_s", "checkpoint")

@@ -20,6 +20,14 @@
 | TPUJOB_BIND_ADDRESS               | IP address this process listens on: its HTTP endpoint (/metrics, /progress) and, on process 0, the JAX coordinator service (on the port of TPUJOB_COORDINATOR_ADDRESS) and the lifeline (a free port); default: all interfaces |
 | WANDB_API_KEY                     | Weights & Biases key (from a Kubernetes Secret); never in the config |
 
+Set by a person (in the job's env) or a test, never by the operator:
+
+| variable                          | meaning                                                              |
+|-----------------------------------|----------------------------------------------------------------------|
+| TPUJOB_HOST_REPORTS               | `0`, `false` or `off`: no host report lines (default: on)            |
+| TPUJOB_HOST_REPORT_INTERVAL_S     | seconds between two heartbeats of the host report (default 10)       |
+| TPUJOB_FAULT_STEP_SLEEP_S         | fault injection: this process sleeps so long in each step's host work (a straggler) |
+
 Unset or empty variables mean "not given". A malformed value is a config error.
 """
 
@@ -46,6 +54,10 @@ PEAK_TFLOPS_PER_DEVICE = "TPUJOB_PEAK_TFLOPS_PER_DEVICE"
 TERMINATION_LOG = "TPUJOB_TERMINATION_LOG"
 BIND_ADDRESS = "TPUJOB_BIND_ADDRESS"
 WANDB_API_KEY = "WANDB_API_KEY"
+HOST_REPORTS = "TPUJOB_HOST_REPORTS"
+HOST_REPORT_INTERVAL_S = "TPUJOB_HOST_REPORT_INTERVAL_S"
+FAULT_STEP_SLEEP_S = "TPUJOB_FAULT_STEP_SLEEP_S"
+DEFAULT_HOST_REPORT_INTERVAL_S = 10.0
 
 ALL = (COORDINATOR_ADDRESS, PROCESS_ID, PROCESS_COUNT, EXPECTED_DEVICES, SLICE_ID, NUM_SLICES,
        HOST_INDEX, HOSTS_PER_SLICE, CONTAINER_INDEX, CONTAINERS_PER_HOST,
@@ -72,6 +84,15 @@ def _int(env: dict[str, str], name: str, *, minimum: int = 0) -> int | None:
     if n < minimum:
         raise EnvError(f"{name}={n} must be >= {minimum}")
     return n
+
+
+def _switch(env: dict[str, str], name: str) -> bool:
+    v = _get(env, name)
+    if v is None or v.lower() in ("1", "true", "on"):
+        return True
+    if v.lower() in ("0", "false", "off"):
+        return False
+    raise EnvError(f"{name}={v!r} must be one of 1, true, on, 0, false, off")
 
 
 def _float(env: dict[str, str], name: str) -> float | None:
@@ -102,6 +123,12 @@ class ProcessEnv:
     peak_tflops_per_device: float | None = None
     termination_log: str | None = None
     bind_address: str | None = None     # an IP address; None = all interfaces
+    host_index: int = 0                 # this pod's host within its slice
+    container_index: int = 0            # this container on its host
+    containers_per_host: int = 1
+    host_reports: bool = True
+    host_report_interval_s: float = DEFAULT_HOST_REPORT_INTERVAL_S
+    fault_step_sleep_s: float = 0.0
 
     @property
     def is_multiprocess(self) -> bool:
@@ -134,7 +161,17 @@ class ProcessEnv:
         slice_id = _int(env, SLICE_ID) or 0
         if slice_id >= slices:
             raise EnvError(f"{SLICE_ID}={slice_id} must be < {NUM_SLICES}={slices}")
+        containers = _int(env, CONTAINERS_PER_HOST, minimum=1) or 1
+        hosts = _int(env, HOSTS_PER_SLICE, minimum=1) or max(1, count // (slices * containers))
+        host = _int(env, HOST_INDEX)
+        container = _int(env, CONTAINER_INDEX)
         return cls(
+            host_index=(pid // containers) % hosts if host is None else host,
+            container_index=pid % containers if container is None else container,
+            containers_per_host=containers, host_reports=_switch(env, HOST_REPORTS),
+            host_report_interval_s=(_float(env, HOST_REPORT_INTERVAL_S)
+                                    or DEFAULT_HOST_REPORT_INTERVAL_S),
+            fault_step_sleep_s=_float(env, FAULT_STEP_SLEEP_S) or 0.0,
             coordinator_address=coord, process_id=pid, process_count=count,
             expected_devices=_int(env, EXPECTED_DEVICES, minimum=1), slice_id=slice_id,
             num_slices=slices, init_timeout_s=_int(env, INIT_TIMEOUT_S, minimum=1) or 300,

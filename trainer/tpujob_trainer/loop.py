@@ -3,6 +3,10 @@ checkpoints, until `train.steps`, a stop request, or a failure (as a `TrainerExi
 
 The step is dispatched before the previous step's metrics are read back, so the host never
 waits on the step it just queued: step time is the interval between two steps' completions.
+The host report splits that interval, on every process, into its wait (blocked in the runtime,
+where it waits for the other processes at the step's collectives: reading the result back, and
+dispatching the next step where the backend waits there for the state it donates, as JAX's CPU
+client does) and its busy time (the rest: its own work, the next batch, reporting, Python).
 Effects (logging, NaN checks, checkpoints, W&B) all live here, not in the step.
 """
 
@@ -21,6 +25,7 @@ import numpy as np
 from tpujob_plan.flops import train_flops_per_step
 from tpujob_trainer import compile_cache
 from tpujob_trainer.config.root import TrainerConfig
+from tpujob_trainer.contract import HostPhase
 from tpujob_trainer.data.errors import DataError, DataExhausted
 from tpujob_trainer.env import ProcessEnv
 from tpujob_trainer.exits import Reason, TrainerExit
@@ -28,6 +33,7 @@ from tpujob_trainer.mesh import build_mesh
 from tpujob_trainer.remat import device_generation, device_memory_bytes, resolve_remat
 from tpujob_trainer.sharding import activate
 from tpujob_trainer.step import step_program
+from tpujob_trainer.telemetry.host_report import HostReporter
 from tpujob_trainer.telemetry.jsonlog import JsonLog
 from tpujob_trainer.telemetry.memory import memory_snapshot
 from tpujob_trainer.telemetry.peak import peak_tflops_per_device
@@ -116,6 +122,8 @@ class StepContext:
     timer: _Timer
     # (this process's rows, stop flag) -> the global batch the compiled step takes.
     to_global: Callable[[np.ndarray, int], dict[str, jax.Array]]
+    reporter: HostReporter | None = None     # this process's host report; None: off
+    fault_step_sleep_s: float = 0.0          # injected host work per step (a straggler)
 
 
 def non_finite_loss(metrics: dict[str, float], step: int) -> TrainerExit | None:
@@ -139,11 +147,12 @@ def _classify(e: BaseException) -> Reason | None:
 
 
 def train(cfg: TrainerConfig, penv: ProcessEnv, *, stop: StopSignal | None = None,
-          log: JsonLog | None = None, timeline: Timeline | None = None) -> Outcome:
+          log: JsonLog | None = None, timeline: Timeline | None = None,
+          reporter: HostReporter | None = None) -> Outcome:
     """Run training to the end; failures raise TrainerExit (or are classified by the CLI)."""
     try:
         return _train(cfg, penv, stop or StopSignal(), log or JsonLog(jax.process_index() == 0),
-                      timeline or Timeline(process_index=jax.process_index()))
+                      timeline or Timeline(process_index=jax.process_index()), reporter)
     except TrainerExit:
         raise
     except Exception as e:
@@ -175,7 +184,7 @@ def _shared_attempt(timeline: Timeline) -> None:
 
 
 def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
-           timeline: Timeline) -> Outcome:
+           timeline: Timeline, reporter: HostReporter | None) -> Outcome:
     from tpujob_trainer.checkpoint import restore_params
     from tpujob_trainer.checkpoint.tiered import TieredCheckpointer
     from tpujob_trainer.data import build_data_source
@@ -249,6 +258,8 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
             resume_step = (checkpointer.latest_step()
                            if checkpointer is not None and cfg.checkpoint.resume else None)
             timeline.charge_until_now("training_prep")
+            if resume_step is not None and reporter is not None:
+                reporter.phase(HostPhase.CHECKPOINT_RESTORE)
             restored = (checkpointer.restore(fns.abstract_state)
                         if resume_step is not None else None)
             if restored is not None:
@@ -272,6 +283,8 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
             timeline.resumed_from_step = step
 
             progress.update(phase="compiling", step=step)
+            if reporter is not None:
+                reporter.phase(HostPhase.COMPILE, step)
             t0 = time.perf_counter()
             compile_fn = lambda: fns.step.lower(fns.abstract_state, abstract_batch).compile()  # noqa: E731
             if cache_dir is not None and cfg.compile_cache.executables:
@@ -295,7 +308,8 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
                     "tokens": jax.make_array_from_process_local_data(
                         tokens_sharding, local, (B, L + 1)),
                     "stop": jax.make_array_from_process_local_data(
-                        stop_sharding, np.full((local.shape[0],), flag, np.int32), (B,))})
+                        stop_sharding, np.full((local.shape[0],), flag, np.int32), (B,))},
+                reporter=reporter, fault_step_sleep_s=penv.fault_step_sleep_s)
             return _run_steps(context, state, step)
     finally:
         if checkpointer is not None:
@@ -312,18 +326,27 @@ def _run_steps(ctx: StepContext, state: Any, step: int) -> Outcome:
     from tpujob_trainer.checkpoint.tiered import LOCAL, PERSISTENT
 
     cfg, data, checkpointer, stop, log = ctx.cfg, ctx.data, ctx.checkpointer, ctx.stop, ctx.log
-    progress, timeline, timer = ctx.progress, ctx.timeline, ctx.timer
+    progress, timeline, timer, reporter = ctx.progress, ctx.timeline, ctx.timer, ctx.reporter
     total = cfg.train.steps
     losses: list[float] = []
     pending: tuple[int, Any] | None = None     # (step number, its metrics on device)
     last_ckpt: int | None = None
+    dispatch_s = 0.0       # time in dispatch calls since the last read-back
     progress.update(phase="training", step=step)
 
-    def read(pending_step: int, metrics: Any) -> bool:
-        """Read back one step's metrics (blocks on that step only); True if a stop was requested."""
+    def read(pending_step: int, metrics: Any, synced: bool = False) -> bool:
+        """Read back one step's metrics (blocks on that step only); True if a stop was requested.
+        `synced`: the next step waits for this read (a checkpoint or a stop follows)."""
+        nonlocal dispatch_s
+        waiting_since = time.perf_counter()
         m = {k: float(v) for k, v in jax.device_get(metrics).items()}
+        now = time.perf_counter()
+        if reporter is not None:
+            wait = now - waiting_since + dispatch_s
+            reporter.step_done(pending_step, now - timer.last_done - wait, wait, synced)
+        dispatch_s = 0.0
         losses.append(m["loss"])
-        fig = timer.figures(time.perf_counter())
+        fig = timer.figures(now)
         timeline.step_done(pending_step, fig["step_time_s"])
         failed = non_finite_loss(m, pending_step)
         if failed is not None:
@@ -345,7 +368,11 @@ def _run_steps(ctx: StepContext, state: Any, step: int) -> Outcome:
     def save(at: int, force: bool) -> None:
         nonlocal last_ckpt
         t0 = time.perf_counter()
+        if reporter is not None and checkpointer is not None:
+            reporter.phase(HostPhase.CHECKPOINT_SAVE)
         tier = checkpointer.save(at, state, data.state(), force=force) if checkpointer else None
+        if reporter is not None and checkpointer is not None:
+            reporter.phase(HostPhase.STEP)
         timeline.charge("checkpoint_save", time.perf_counter() - t0)
         if tier == PERSISTENT:
             last_ckpt = at
@@ -362,12 +389,17 @@ def _run_steps(ctx: StepContext, state: Any, step: int) -> Outcome:
                 t0 = time.perf_counter()
                 local = data.next_batch()
                 timeline.charge("data_loading", time.perf_counter() - t0)
+                if ctx.fault_step_sleep_s:
+                    time.sleep(ctx.fault_step_sleep_s)
             except DataExhausted as e:
                 reason, message = Reason.DATA_EXHAUSTED, f"data ran out after step {step}: {e}"
                 break
             except DataError as e:
                 raise TrainerExit(Reason.DATA_ERROR, str(e)) from e
-            state, metrics = ctx.compiled(state, ctx.to_global(local, int(stop.requested)))
+            batch = ctx.to_global(local, int(stop.requested))
+            t0 = time.perf_counter()
+            state, metrics = ctx.compiled(state, batch)
+            dispatch_s += time.perf_counter() - t0
             step += 1
             if checkpointer is not None:
                 checkpointer.check()  # a background save that failed or is late ends the run
@@ -377,14 +409,14 @@ def _run_steps(ctx: StepContext, state: Any, step: int) -> Outcome:
             pending = (step, metrics)
             if stop_now:
                 # Every process saw the same flag with the same step: save together, then go.
-                stop_now = read(*pending)
+                stop_now = read(*pending, synced=True)
                 pending = None
                 save(step, force=True)
                 reason, message = Reason.PREEMPTED, f"stopped by SIGTERM after step {step}"
                 break
             if checkpointer is not None and checkpointer.should_save(step):
                 # Never checkpoint a NaN: read this step's loss first (a sync every `every` steps).
-                stop_now = read(*pending)
+                stop_now = read(*pending, synced=True)
                 pending = None
                 save(step, force=False)
                 if stop_now:
@@ -398,6 +430,8 @@ def _run_steps(ctx: StepContext, state: Any, step: int) -> Outcome:
             save(step, force=True)
         if checkpointer is not None:
             t0 = time.perf_counter()
+            if reporter is not None:
+                reporter.phase(HostPhase.CHECKPOINT_SAVE)
             checkpointer.wait()
             timeline.charge("checkpoint_save", time.perf_counter() - t0)
             log.emit("checkpoint_wait", seconds=time.perf_counter() - t0)
