@@ -24,7 +24,8 @@ figures and the largest buffers in benchmarks/results/hbm_compiled.json):
   logits' moment and a layer's backward pass (its recomputation, the gradients of its values, its
   gathered weights, and the scan's stacked gradients of every layer's cast weights, as large as
   `castWeights`): LAYER_BACKWARD_LAYERS units plus one layer's weights plus those gradients,
-  counted beyond the logits' terms.
+  counted beyond the logits' terms. Under `none` and `minimal` too (0 units there), the weights
+  and those gradients set the least the workspace holds: a large model on few tokens.
 - `gradients`: the optimizer's update holds every parameter's gradient (param dtype) beside the
   state, once the backward's buffers are gone; counted only where that is more than the backward
   holds (a large model over few devices). At the backward's peak the layers' gradients are not
