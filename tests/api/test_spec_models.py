@@ -18,6 +18,7 @@ from tpujob.api import (
     load_spec,
 )
 from tpujob.api.crd import build_crd
+from tpujob_trainer.env import PERSON_SET
 
 pytestmark = pytest.mark.unit
 
@@ -152,6 +153,8 @@ INVALID = [
      "spec.wandb.apiKeySecret.name", "pattern"),
     ({"env": [{"name": "WANDB_API_KEY", "value": "abc"}]}, "spec.env[0]", "secret"),
     ({"env": [{"name": "TPUJOB_PROCESS_ID", "value": "1"}]}, "spec.env[0]", "operator sets"),
+    ({"env": [{"name": "TPUJOB_FAULT_STEP", "value": "1"}]}, "spec.env[0]",
+     "all but TPUJOB_HOST_REPORTS, TPUJOB_HOST_REPORT_INTERVAL_S"),
     ({"env": [{"name": "TPU_WORKER_ID", "value": "1"}]}, "spec.env[0]", "operator sets"),
     ({"env": [{"name": "MEGASCALE_NUM_SLICES", "value": "2"}]}, "spec.env[0]", "MEGASCALE_*"),
     ({"env": [{"name": "MEGASCALE_COORDINATOR_ADDRESS", "value": "x"}]}, "spec.env[0]",
@@ -293,6 +296,8 @@ def test_env_value_from_round_trips_as_written(root_schema, value_from):
     {"wandb": {"project": "p", "mode": "offline"},
      "env": [{"name": "WANDB_API_KEY", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]},
     {"env": [{"name": "MEGASCALE", "value": "1"}, {"name": "XLA_FLAGS", "value": "--x"}]},
+    # The trainer's own switches are a person's to set (docs/trainer.md).
+    {"env": [{"name": name, "value": "1"} for name in PERSON_SET]},
 ])
 def test_env_the_operator_leaves_alone_is_accepted(root_schema, change):
     assert [e.name for e in load_spec({**BASE, **change}).env] == [

@@ -20,7 +20,7 @@ from tpujob.api import (
     find_condition,
     format_errors,
 )
-from tpujob.api.status import Badput, Goodput, display_of
+from tpujob.api.status import Badput, Goodput, HostScoreStatus, HostsStatus, display_of
 
 pytestmark = pytest.mark.unit
 
@@ -46,6 +46,12 @@ def sample_status() -> TpuTrainingJobStatus:
         goodput=Goodput(percent=91.5, display="91.5%", productive_seconds=915.0,
                         wall_seconds=1000.0,
                         badput=Badput(program_startup=40.0, other=45.0)),
+        hosts=HostsStatus(reporting=4, scored=4, slow_host="slice-0/host-3",
+                          display="slice-0/host-3 0.81", message="host slice-0/host-3 at 0.81",
+                          slowest=[HostScoreStatus(host="slice-0/host-3", score=0.81,
+                                                   vs_fastest=0.81, vs_own_best=1.0,
+                                                   busy_seconds=0.12, step_seconds=0.5, steps=40,
+                                                   flagged=True)]),
         start_time=T0)
 
 

@@ -7,7 +7,10 @@ import pytest
 
 from tpujob.api.status import FailureReason, Phase, Progress, TpuTrainingJobStatus, find_condition
 from tpujob.controller.decide import Action, Observation, decide, stall_deadline
+from tpujob.controller.hangs import HostBeat, HostPhase
+from tpujob.controller.host_watch import HostsView
 from tpujob.controller.observe import FailureCause, JobSetState
+from tpujob.controller.stragglers import HostScore
 from tpujob.controller.trainer_reports import ProgressReading
 from tpujob.validation import validate_job
 
@@ -189,8 +192,8 @@ def test_progress_is_copied_and_the_step_clock_moves_only_on_a_new_step():
 
 
 @pytest.mark.parametrize("on_stall, phase, actions, restarts", [
-    ("Restart", Phase.RESTARTING, [Action.RESTART], 1),
-    ("Fail", Phase.FAILED, [Action.STOP], 0),
+    ("Restart", Phase.RESTARTING, [Action.COLLECT_STACKS, Action.RESTART], 1),
+    ("Fail", Phase.FAILED, [Action.COLLECT_STACKS, Action.STOP], 0),
     ("Ignore", Phase.RUNNING, [], 0),
 ])
 def test_stall_after_the_first_step_allowance(on_stall, phase, actions, restarts):
@@ -213,14 +216,47 @@ def test_stall_timeout_counts_from_the_last_step():
     ok = decide(prev, obs(js(ready_jobs=1), now=T0 + timedelta(seconds=699)))
     assert ok.status.phase == Phase.RUNNING and ok.actions == []
     d = decide(prev, obs(js(ready_jobs=1), now=T0 + timedelta(seconds=701)))
-    assert d.actions == [Action.RESTART]
+    assert d.actions == [Action.COLLECT_STACKS, Action.RESTART]
     assert d.status.progress.last_step_time is None  # the next attempt gets the allowance
+
+
+def test_a_stall_names_the_host_behind_the_others():
+    progress = Progress(step=10, last_step_time=T0 + timedelta(seconds=100))
+    prev = running_status(T0, progress)
+    now = T0 + timedelta(seconds=701)
+    beats = (HostBeat("slice-0/host-0", HostPhase.STEP, 10, now, T0),
+             HostBeat("slice-0/host-1", HostPhase.STEP, 9, T0 + timedelta(seconds=90), T0))
+    hosts = HostsView((), beats, "no slow host: too few steady steps to score yet", 0)
+    d = decide(prev, obs(js(ready_jobs=1), now=now, hosts=hosts))
+    assert d.actions == [Action.COLLECT_STACKS, Action.RESTART]
+    want = ("behind: slice-0/host-1 at step 9; the furthest host is at step 10")
+    assert cond(d, "Stalled").message.endswith(want)
+    assert any(e.reason == "Stalled" and want in e.message for e in d.events)
+    assert cond(d, "SlowHost") is None   # nothing scored: no condition yet
+    assert d.status.hosts.behind == ["slice-0/host-1"]
+    # Kept by the reads that follow, until a JobSet restart.
+    later = decide(d.status, obs(js(ready_jobs=1), now=now + timedelta(seconds=5), hosts=hosts))
+    assert later.status.hosts.behind == ["slice-0/host-1"]
+
+
+def test_the_slow_host_is_decided_while_running_and_dropped_on_a_restart():
+    scores = (HostScore("slice-0/host-0", 1.0, 1.0, False, 20, 0.1, 0.1, 0.1, 1.0),
+              HostScore("slice-0/host-1", 0.8, 1.0, True, 20, 0.3, 0.3, 0.1, 1.0))
+    hosts = HostsView(scores, (), "host slice-0/host-1 at 0.80", 0)
+    d = decide(running_status(T0), obs(js(ready_jobs=1), now=T0, hosts=hosts))
+    assert d.status.hosts.slow_host == "slice-0/host-1"
+    assert cond(d, "SlowHost").status == "True"
+    assert [e.reason for e in d.events] == ["SlowHost"]
+    again = decide(d.status, obs(js(ready_jobs=1, restarts=1), now=T0 + timedelta(seconds=5)))
+    assert again.status.hosts is None
+    assert (cond(again, "SlowHost").status, cond(again, "SlowHost").reason) == (
+        "False", "Restarted")
 
 
 def test_stall_restarts_stop_at_the_restart_limit():
     prev = running_status(T0).model_copy(update={"restarts": 3, "jobset_restarts": 3})
     d = decide(prev, obs(js(ready_jobs=1, restarts=3), now=T0 + timedelta(hours=1)))
-    assert d.status.phase == Phase.FAILED and d.actions == [Action.STOP]
+    assert d.status.phase == Phase.FAILED and d.actions == [Action.COLLECT_STACKS, Action.STOP]
     assert "restart limit 3" in d.status.failure.message
 
 
@@ -307,7 +343,7 @@ LOG_SPEC = {"trainer": {"command": ["python", "-m", "maxtext.train"],
 def test_custom_trainer_with_log_progress_is_judged_by_the_first_step_allowance():
     prev = decide(status(Phase.STARTING), obs(js(ready_jobs=1), spec=LOG_SPEC)).status
     d = decide(prev, obs(js(ready_jobs=1), spec=LOG_SPEC, now=T0 + timedelta(seconds=1300)))
-    assert d.status.phase == Phase.RESTARTING and d.actions == [Action.RESTART]
+    assert d.status.phase == Phase.RESTARTING and d.actions == [Action.COLLECT_STACKS, Action.RESTART]
 
 
 def test_an_unreadable_progress_line_is_a_condition_not_a_failure():

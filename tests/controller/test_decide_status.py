@@ -156,7 +156,7 @@ def test_no_step_for_exactly_the_allowance_is_not_yet_a_stall():
     at = decide(prev, obs(js(ready_jobs=1), now=T0 + timedelta(seconds=1200)))
     assert at.status.phase == Phase.RUNNING and at.actions == []
     past = decide(prev, obs(js(ready_jobs=1), now=T0 + timedelta(seconds=1200, microseconds=1)))
-    assert past.actions == [Action.RESTART]
+    assert past.actions == [Action.COLLECT_STACKS, Action.RESTART]
 
 
 @pytest.mark.parametrize("progress, says", [

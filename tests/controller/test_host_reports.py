@@ -81,7 +81,8 @@ def test_what_the_trainers_reporter_writes_reads_back_step_for_step():
     assert reports == HostReports(
         samples={host: (StepSample(41, 9.5, 10.0), StepSample(42, 0.25, 0.375, True),
                         StepSample(43, 1.5, 1.75, True))},
-        beats={host: hangs.HostBeat(host, hangs.HostPhase.STEP, 43, at(1022.0), at(1021.0))})
+        beats={host: hangs.HostBeat(host, hangs.HostPhase.STEP, 43, at(1022.0), at(1021.0),
+                                    3600.0, False)})
     assert all(set(json.loads(x)) <= set(contract.HOST_REPORT_FIELDS) for x in out)
 
 
@@ -137,6 +138,10 @@ def test_a_report_line_reads_as_a_beat_and_its_steps():
     (line(steps=[[1, 0.5, None, 0]]), "wait_s None"),
     (line(steps=[[1, 0.5, 0.25, 2]]), "checkpoint 2 is not 0 or 1"),
     (line(steps=[[1, 0.5, 0.25, True]]), "checkpoint True"),
+    (line(interval_s=0), "interval_s 0"),
+    (line(interval_s="10"), "interval_s '10' is not a number of seconds"),
+    (line(waiting=1), "waiting 1 is not true or false"),
+    (line(waiting="yes"), "waiting 'yes'"),
     (line()[:-20], "not whole JSON"),                       # a line cut short
     (line()[1:], "not whole JSON"),
     ('{"event":"host_report","time":1} {"x"', "not whole JSON"),   # another write inside it

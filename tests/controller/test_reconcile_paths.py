@@ -39,8 +39,9 @@ from tpujob.validation import validate_job
 pytestmark = pytest.mark.integration
 
 # Every delay told apart: progress 15 s, resync 60 s, the blocked retry 30 s (retry_delays[-2]).
+# The host reports' reads are counted in test_reconcile_hosts.py: off here.
 SETTINGS = OperatorSettings(http_port=None, progress_interval_s=15.0, resync_interval_s=60.0,
-                            retry_delays_s=(1, 2, 5, 10, 30, 60))
+                            retry_delays_s=(1, 2, 5, 10, 30, 60), host_report_interval_s=0.0)
 PODS = "/api/v1/namespaces/{ns}/pods"
 BATCH_JOBS = "/apis/batch/v1/namespaces/{ns}/jobs"
 RUNNING = [{"name": "slice", "ready": 1, "succeeded": 0, "failed": 0, "active": 1,

@@ -28,7 +28,8 @@ TERMINAL = ("Succeeded", "Failed", "Invalid")
 
 # Fast reactions: progress read often, short grace periods and back-offs.
 E2E_OPERATOR = OperatorSettings(**(LOCAL_OPERATOR.__dict__ | dict(
-    progress_interval_s=0.3, resync_interval_s=2.0, retry_delays_s=(0.2, 0.5, 1.0))))
+    progress_interval_s=0.3, resync_interval_s=2.0, retry_delays_s=(0.2, 0.5, 1.0),
+    host_report_interval_s=0.3)))
 E2E_EXECUTOR = dict(grace_scale=0.02, max_grace_s=2.0, stop_grace_s=2.0, job_backoff_s=0.1,
                     container_backoff_s=0.1, resync_s=0.5)
 

@@ -224,6 +224,27 @@ def test_suspend_resume_and_a_deleted_job(cluster, executor_factory):
     assert cluster.jobset(name)["status"]["restarts"] == 0
 
 
+def test_a_job_deleted_in_the_foreground_releases_its_pods_and_comes_back(cluster,
+                                                                         executor_factory):
+    # What the operator's restart after a stall does (kube.restart_jobs): the Job waits for
+    # its pods, whose job-tracking finalizer the Job controller must remove as for a Job gone.
+    name = unique("fg")
+    cluster.submit(name, custom_job(SLEEP, max_restarts=1))
+    executor = executor_factory()
+    wait_for(lambda: len(executor.processes()) == 2, message="2 processes")
+    (job,) = cluster.jobs(name)
+    old_pids = [p["pid"] for p in executor.processes()]
+    r = cluster.kube.request("DELETE", cluster.path(
+        f"/apis/batch/v1/namespaces/{{ns}}/jobs/{job['metadata']['name']}"),
+        json={"propagationPolicy": "Foreground"})
+    assert r.status_code == 200
+    wait_for(lambda: [j for j in cluster.jobs(name) if j["metadata"]["uid"] !=
+                      job["metadata"]["uid"]] and len(executor.processes()) == 2 and
+             not any(is_alive(p) for p in old_pids), timeout=60,
+             message="the Job to go with its pods and be created again")
+    assert all(p["metadata"]["uid"] != job["metadata"]["uid"] for p in cluster.jobs(name))
+
+
 def test_pods_of_a_stopped_executor_fail_and_the_next_one_restarts_them(cluster,
                                                                         executor_factory):
     name = unique("node")

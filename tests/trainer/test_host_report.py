@@ -18,6 +18,7 @@ from tpujob_trainer.config import TrainerConfig
 from tpujob_trainer.contract import HOST_REPORT_FIELDS, HostPhase
 from tpujob_trainer.env import EnvError, ProcessEnv
 from tpujob_trainer.loop import StepContext, StopSignal, _run_steps, _Timer
+from tpujob_trainer.telemetry.fault import StepFault
 from tpujob_trainer.telemetry.host_report import HostReporter
 
 pytestmark = pytest.mark.unit
@@ -75,10 +76,10 @@ def test_a_line_is_compact_json_with_the_contracts_fields_and_takes_the_steps_wi
     assert " " not in line
     assert out.docs == [{"event": "host_report", "time": 1001.25, "process": 3, "slice": 1,
                          "host": 1, "phase": "step", "step": 1, "moved_at": 1001.25,
-                         "steps": [[1, 0.5, 0.25, 0]]}]
+                         "interval_s": 3600.0, "waiting": False, "steps": [[1, 0.5, 0.25, 0]]}]
     assert json.loads(line) == {
         "event": "host_report", "time": 1003.0, "process": 3, "slice": 1, "host": 1,
-        "phase": "step", "step": 3, "moved_at": 1002.75,
+        "phase": "step", "step": 3, "moved_at": 1002.75, "interval_s": 3600.0, "waiting": False,
         "steps": [[2, 0.000001, 1.234568, 0], [3, 0.25, 0.5, 0]]}
     assert set(json.loads(line)) <= set(HOST_REPORT_FIELDS)
     assert "steps" not in json.loads(r.line())  # taken by the line before
@@ -181,6 +182,13 @@ def test_a_reporter_for_this_process_names_its_host_and_can_be_switched_off():
     ({"TPUJOB_HOST_REPORTS": "0", "TPUJOB_HOST_REPORT_INTERVAL_S": "2.5",
       "TPUJOB_FAULT_STEP_SLEEP_S": "0.2"}, (0, 0, 1, False, 2.5, 0.2)),
     ({"TPUJOB_HOST_REPORTS": "On"}, (0, 0, 1, True, 10.0, 0.0)),
+    # The faults apply to the processes named, and only to them.
+    ({"TPUJOB_PROCESS_ID": "1", "TPUJOB_PROCESS_COUNT": "2", "TPUJOB_COORDINATOR_ADDRESS": "h:1",
+      "TPUJOB_FAULT_STEP_SLEEP_S": "0.2", "TPUJOB_FAULT_PROCESSES": "1"},
+     (1, 0, 1, True, 10.0, 0.2)),
+    ({"TPUJOB_PROCESS_ID": "0", "TPUJOB_PROCESS_COUNT": "2", "TPUJOB_COORDINATOR_ADDRESS": "h:1",
+      "TPUJOB_FAULT_STEP_SLEEP_S": "0.2", "TPUJOB_FAULT_PROCESSES": "1, 3"},
+     (0, 0, 1, True, 10.0, 0.0)),
 ])
 def test_the_environment_names_the_host_and_sets_the_reports(env, want):
     p = ProcessEnv.from_env(env)
@@ -192,6 +200,10 @@ def test_the_environment_names_the_host_and_sets_the_reports(env, want):
     ({"TPUJOB_HOST_REPORTS": "maybe"}, "TPUJOB_HOST_REPORTS='maybe' must be one of"),
     ({"TPUJOB_HOST_REPORT_INTERVAL_S": "0"}, "TPUJOB_HOST_REPORT_INTERVAL_S=0.0 must be > 0"),
     ({"TPUJOB_FAULT_STEP_SLEEP_S": "x"}, "TPUJOB_FAULT_STEP_SLEEP_S='x' is not a number"),
+    ({"TPUJOB_FAULT_STEP_SLOWDOWN": "-0.2"}, "TPUJOB_FAULT_STEP_SLOWDOWN=-0.2 must be > 0"),
+    ({"TPUJOB_FAULT_PROCESSES": "1,b"}, "TPUJOB_FAULT_PROCESSES='1,b' is not a comma-separated"),
+    ({"TPUJOB_FAULT_PROCESSES": "-1"}, "TPUJOB_FAULT_PROCESSES='-1' must name process indices"),
+    ({"TPUJOB_FAULT_PROCESSES": " , "}, "TPUJOB_FAULT_PROCESSES=',' must name process indices"),
     ({"TPUJOB_PROCESS_ID": "0", "TPUJOB_CONTAINERS_PER_HOST": "0"},
      "TPUJOB_CONTAINERS_PER_HOST=0 must be >= 1"),
     ({"TPUJOB_PROCESS_ID": "0", "TPUJOB_HOSTS_PER_SLICE": "0"},
@@ -216,23 +228,40 @@ class Slow:
         return np.asarray(self.value, dtype=dtype)
 
 
-def run_loop(steps, *, sleep_s=0.0, wait_s=0.0, dispatch_s=0.0, every=100):
+def run_loop(steps, *, sleep_s=0.0, wait_s=0.0, dispatch_s=0.0, every=100, seen=None):
+    """`seen`: where the reporter's `waiting` goes, as a line made in dispatch and in the
+    read-back, and in the step's host work, says it."""
     cfg = TrainerConfig.from_dict({}, [f"train.steps={steps}", "metrics.log_every=1"])
     rec, reads = Recorder(), []
     r, out = reporter(Clock())
 
+    def look(where: str) -> None:
+        if seen is not None:
+            seen.append((where, json.loads(r.line())["waiting"]))
+
+    class Looking(Slow):
+        def __array__(self, dtype=None, copy=None):
+            look("read-back")
+            return super().__array__(dtype, copy)
+
+    class LookingData(Data):
+        def next_batch(self):
+            look("host work")
+            return super().next_batch()
+
     def compiled(state, batch):
+        look("dispatch")
         time.sleep(dispatch_s)  # a backend that blocks in dispatch on the state it donates
         step = state + 1
-        return step, {"loss": Slow(1.0 / step, wait_s, reads), "grad_norm": np.float32(1.0),
+        return step, {"loss": Looking(1.0 / step, wait_s, reads), "grad_norm": np.float32(1.0),
                       "lr": np.float32(1e-3), "stop": np.int32(0)}
 
     context = StepContext(
-        cfg=cfg, compiled=compiled, data=Data(), checkpointer=Checkpointer(every=every),
+        cfg=cfg, compiled=compiled, data=LookingData(), checkpointer=Checkpointer(every=every),
         stop=StopSignal(), log=rec, progress=rec, memory=lambda phase, **kw: None,
         wandb_run=None, timeline=rec, timer=_Timer(time.perf_counter(), 1e12, 6, 1, None),
         to_global=lambda local, flag: {"tokens": local, "stop": flag}, reporter=r,
-        fault_step_sleep_s=sleep_s)
+        fault=StepFault(sleep_s))
     _run_steps(context, 0, 0)
     r.close()
     return rec, reads, out
@@ -253,6 +282,12 @@ def test_each_step_is_split_into_busy_and_wait_that_add_up_to_its_step_time():
         [(True, True)] * 4, steps
     for step, busy, wait, _ in steps:
         assert busy + wait == pytest.approx(rows[step]["step_time_s"], abs=2e-6)
+
+
+def test_the_report_says_when_the_main_thread_waits_on_a_step():
+    seen: list[tuple[str, bool]] = []
+    run_loop(3, seen=seen)
+    assert set(seen) == {("host work", False), ("dispatch", True), ("read-back", True)}
 
 
 def test_the_steps_around_a_checkpoint_are_marked_and_the_save_is_a_phase():

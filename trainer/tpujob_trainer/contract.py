@@ -111,6 +111,6 @@ class HostPhase(enum.StrEnum):
 
 
 HOST_REPORT_FIELDS = ("event", "time", "process", "slice", "host", "container", "phase", "step",
-                      "moved_at", "steps", "dropped")
+                      "moved_at", "interval_s", "waiting", "steps", "dropped")
 # One entry of `steps`: [step, busy_s, wait_s, checkpoint]; total_s = busy_s + wait_s.
 HOST_STEP_FIELDS = ("step", "busy_s", "wait_s", "checkpoint")

@@ -27,6 +27,8 @@ Set by a person (in the job's env) or a test, never by the operator:
 | TPUJOB_HOST_REPORTS               | `0`, `false` or `off`: no host report lines (default: on)            |
 | TPUJOB_HOST_REPORT_INTERVAL_S     | seconds between two heartbeats of the host report (default 10)       |
 | TPUJOB_FAULT_STEP_SLEEP_S         | fault injection: this process sleeps so long in each step's host work (a straggler) |
+| TPUJOB_FAULT_STEP_SLOWDOWN        | fault injection: this process sleeps this fraction of its recent step time in each step's host work (`0.2`: every step of the job 20% longer) |
+| TPUJOB_FAULT_PROCESSES            | the process indices the faults above apply to, comma-separated (default: every process) |
 
 Unset or empty variables mean "not given". A malformed value is a config error.
 """
@@ -57,7 +59,12 @@ WANDB_API_KEY = "WANDB_API_KEY"
 HOST_REPORTS = "TPUJOB_HOST_REPORTS"
 HOST_REPORT_INTERVAL_S = "TPUJOB_HOST_REPORT_INTERVAL_S"
 FAULT_STEP_SLEEP_S = "TPUJOB_FAULT_STEP_SLEEP_S"
+FAULT_STEP_SLOWDOWN = "TPUJOB_FAULT_STEP_SLOWDOWN"
+FAULT_PROCESSES = "TPUJOB_FAULT_PROCESSES"
 DEFAULT_HOST_REPORT_INTERVAL_S = 10.0
+# The TPUJOB_* variables a person may set in the job's env (the operator sets the others).
+PERSON_SET = (HOST_REPORTS, HOST_REPORT_INTERVAL_S, FAULT_STEP_SLEEP_S, FAULT_STEP_SLOWDOWN,
+              FAULT_PROCESSES)
 
 ALL = (COORDINATOR_ADDRESS, PROCESS_ID, PROCESS_COUNT, EXPECTED_DEVICES, SLICE_ID, NUM_SLICES,
        HOST_INDEX, HOSTS_PER_SLICE, CONTAINER_INDEX, CONTAINERS_PER_HOST,
@@ -108,6 +115,31 @@ def _float(env: dict[str, str], name: str) -> float | None:
     return x
 
 
+def _indices(env: dict[str, str], name: str) -> frozenset[int] | None:
+    v = _get(env, name)
+    if v is None:
+        return None
+    try:
+        found = frozenset(int(part) for part in v.split(",") if part.strip())
+    except ValueError:
+        raise EnvError(f"{name}={v!r} is not a comma-separated list of process indices") \
+            from None
+    if not found or min(found) < 0:
+        raise EnvError(f"{name}={v!r} must name process indices >= 0")
+    return found
+
+
+def _faults(env: dict[str, str], process_id: int) -> dict[str, float]:
+    """The injected faults that apply to this process (none where TPUJOB_FAULT_PROCESSES leaves
+    it out)."""
+    faults = {"fault_step_sleep_s": _float(env, FAULT_STEP_SLEEP_S) or 0.0,
+              "fault_step_slowdown": _float(env, FAULT_STEP_SLOWDOWN) or 0.0}
+    targets = _indices(env, FAULT_PROCESSES)
+    if targets is not None and process_id not in targets:
+        return dict.fromkeys(faults, 0.0)
+    return faults
+
+
 @dataclass(frozen=True)
 class ProcessEnv:
     """What the operator told this process about the job it belongs to."""
@@ -129,6 +161,14 @@ class ProcessEnv:
     host_reports: bool = True
     host_report_interval_s: float = DEFAULT_HOST_REPORT_INTERVAL_S
     fault_step_sleep_s: float = 0.0
+    fault_step_slowdown: float = 0.0    # a fraction of the recent step time
+
+    @property
+    def host_name(self) -> str:
+        """slice-S/host-H (/container-C where a host runs several), as the operator names it."""
+        name = f"slice-{self.slice_id}/host-{self.host_index}"
+        return f"{name}/container-{self.container_index}" if self.containers_per_host > 1 \
+            else name
 
     @property
     def is_multiprocess(self) -> bool:
@@ -171,7 +211,7 @@ class ProcessEnv:
             containers_per_host=containers, host_reports=_switch(env, HOST_REPORTS),
             host_report_interval_s=(_float(env, HOST_REPORT_INTERVAL_S)
                                     or DEFAULT_HOST_REPORT_INTERVAL_S),
-            fault_step_sleep_s=_float(env, FAULT_STEP_SLEEP_S) or 0.0,
+            **_faults(env, pid),
             coordinator_address=coord, process_id=pid, process_count=count,
             expected_devices=_int(env, EXPECTED_DEVICES, minimum=1), slice_id=slice_id,
             num_slices=slices, init_timeout_s=_int(env, INIT_TIMEOUT_S, minimum=1) or 300,

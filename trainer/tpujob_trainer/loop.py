@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import signal
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,11 +34,13 @@ from tpujob_trainer.mesh import build_mesh
 from tpujob_trainer.remat import device_generation, device_memory_bytes, resolve_remat
 from tpujob_trainer.sharding import activate
 from tpujob_trainer.step import step_program
+from tpujob_trainer.telemetry.fault import StepFault
 from tpujob_trainer.telemetry.host_report import HostReporter
 from tpujob_trainer.telemetry.jsonlog import JsonLog
 from tpujob_trainer.telemetry.memory import memory_snapshot
 from tpujob_trainer.telemetry.peak import peak_tflops_per_device
 from tpujob_trainer.telemetry.server import Progress, ProgressServer
+from tpujob_trainer.telemetry.stacks import StackDumper
 from tpujob_trainer.telemetry.timeline import Timeline, read_previous
 from tpujob_trainer.telemetry.wandb_run import WandbRun
 
@@ -123,7 +126,25 @@ class StepContext:
     # (this process's rows, stop flag) -> the global batch the compiled step takes.
     to_global: Callable[[np.ndarray, int], dict[str, jax.Array]]
     reporter: HostReporter | None = None     # this process's host report; None: off
-    fault_step_sleep_s: float = 0.0          # injected host work per step (a straggler)
+    fault: StepFault | None = None           # injected host work per step (a straggler)
+
+
+def _serve(cfg: TrainerConfig, penv: ProcessEnv, progress: Progress,
+           is_main: bool) -> ProgressServer | None:
+    """This process's HTTP endpoint: every process serves (process 0's progress, any process's
+    stacks on a hang). Only process 0 must: another whose port is taken (several processes of
+    one machine, not wired as pods are) goes on without one, saying so on stderr."""
+    if cfg.metrics.port is None:
+        return None
+    try:
+        return ProgressServer(progress, cfg.metrics.port, host=penv.bind_address,
+                              stacks=StackDumper(penv.host_name, cfg.output))
+    except OSError as e:
+        if is_main:
+            raise
+        print(f"tpujob: process {penv.process_id} serves no HTTP endpoint (its stacks cannot be "
+              f"asked for): {e}", file=sys.stderr, flush=True)
+        return None
 
 
 def non_finite_loss(metrics: dict[str, float], step: int) -> TrainerExit | None:
@@ -220,9 +241,8 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
         timeline.previous = read_previous(cfg.output, timeline.attempt)
     progress = Progress(step=0, total_steps=cfg.train.steps)
     progress.attach("goodput", timeline.document)
-    server = None
-    if is_main and cfg.metrics.port is not None:
-        server = ProgressServer(progress, cfg.metrics.port, host=penv.bind_address)
+    server = _serve(cfg, penv, progress, is_main)
+    if server is not None:
         log.emit("http", host=server.host, port=server.port)
     wandb_run = None
     if is_main:
@@ -309,7 +329,8 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
                         tokens_sharding, local, (B, L + 1)),
                     "stop": jax.make_array_from_process_local_data(
                         stop_sharding, np.full((local.shape[0],), flag, np.int32), (B,))},
-                reporter=reporter, fault_step_sleep_s=penv.fault_step_sleep_s)
+                reporter=reporter,
+                fault=StepFault(penv.fault_step_sleep_s, penv.fault_step_slowdown))
             return _run_steps(context, state, step)
     finally:
         if checkpointer is not None:
@@ -339,9 +360,12 @@ def _run_steps(ctx: StepContext, state: Any, step: int) -> Outcome:
         `synced`: the next step waits for this read (a checkpoint or a stop follows)."""
         nonlocal dispatch_s
         waiting_since = time.perf_counter()
+        if reporter is not None:
+            reporter.waiting(True)
         m = {k: float(v) for k, v in jax.device_get(metrics).items()}
         now = time.perf_counter()
         if reporter is not None:
+            reporter.waiting(False)
             wait = now - waiting_since + dispatch_s
             reporter.step_done(pending_step, now - timer.last_done - wait, wait, synced)
         dispatch_s = 0.0
@@ -389,8 +413,8 @@ def _run_steps(ctx: StepContext, state: Any, step: int) -> Outcome:
                 t0 = time.perf_counter()
                 local = data.next_batch()
                 timeline.charge("data_loading", time.perf_counter() - t0)
-                if ctx.fault_step_sleep_s:
-                    time.sleep(ctx.fault_step_sleep_s)
+                if ctx.fault is not None and ctx.fault.active:
+                    ctx.fault()
             except DataExhausted as e:
                 reason, message = Reason.DATA_EXHAUSTED, f"data ran out after step {step}: {e}"
                 break
@@ -398,7 +422,11 @@ def _run_steps(ctx: StepContext, state: Any, step: int) -> Outcome:
                 raise TrainerExit(Reason.DATA_ERROR, str(e)) from e
             batch = ctx.to_global(local, int(stop.requested))
             t0 = time.perf_counter()
+            if reporter is not None:
+                reporter.waiting(True)   # a backend may wait here for the state it donates
             state, metrics = ctx.compiled(state, batch)
+            if reporter is not None:
+                reporter.waiting(False)
             dispatch_s += time.perf_counter() - t0
             step += 1
             if checkpointer is not None:

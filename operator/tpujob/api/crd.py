@@ -74,6 +74,9 @@ def build_printer_columns() -> list[dict[str, Any]]:
         _column("Slices", "integer", ".spec.slices", "Number of slices.", priority=1),
         _column("TFLOP/s/dev", "string", ".status.progress.display.tflopsPerDevice",
                 "Model TFLOP/s per JAX device, 3 significant digits.", priority=1),
+        _column("Slow Host", "string", ".status.hosts.display",
+                "The host whose own work slows every step, and its score (docs/operator.md).",
+                priority=1),
     ]
 
 

@@ -8,6 +8,7 @@ from pydantic import ConfigDict, Field, model_validator
 from tpujob.api.base import ApiModel, Quantity, SparseApiModel, pattern_string
 from tpujob.api.patterns import DNS_LABEL_PATTERN, DNS_SUBDOMAIN_PATTERN, SECRET_KEY_PATTERN
 from tpujob.api.schema import cel_extra, cel_rule
+from tpujob_trainer.env import PERSON_SET
 
 ENV_NAME_PATTERN = r"^[-._a-zA-Z][-._a-zA-Z0-9]*$"
 # The pod fields Kubernetes offers environment variables through the downward API.
@@ -30,8 +31,10 @@ ResourceField = pattern_string(
 # the slices over DCN (MEGASCALE_*) together; a user value would break it.
 RESERVED_ENV_PREFIXES = ("TPUJOB_", "MEGASCALE_")
 RESERVED_ENV_NAMES = ("TPU_WORKER_ID", "TPU_WORKER_HOSTNAMES")
-RESERVED_ENV_DOC = (f"{', '.join(p + '*' for p in RESERVED_ENV_PREFIXES)}, "
-                    f"{' and '.join(RESERVED_ENV_NAMES)}")
+# ... except the trainer's own switches, which are a person's to set (docs/trainer.md).
+ALLOWED_ENV_NAMES = PERSON_SET
+RESERVED_ENV_DOC = (f"{', '.join(p + '*' for p in RESERVED_ENV_PREFIXES)} (all but "
+                    f"{', '.join(ALLOWED_ENV_NAMES)}), {' and '.join(RESERVED_ENV_NAMES)}")
 # Set by the operator from wandb.apiKeySecret, when that is given.
 WANDB_KEY_ENV = "WANDB_API_KEY"
 
@@ -117,9 +120,10 @@ class EnvVar(ApiModel):
 
     model_config = ConfigDict(json_schema_extra=cel_extra(
         cel_rule("!(has(self.value) && has(self.valueFrom))", "set value or valueFrom, not both"),
-        cel_rule(" && ".join([*(f"!self.name.startsWith('{p}')" for p in RESERVED_ENV_PREFIXES),
-                              f"!(self.name in [{', '.join(repr(n) for n in RESERVED_ENV_NAMES)}])"]),
-                 f"the operator sets {RESERVED_ENV_DOC} itself", ".name"),
+        cel_rule(f"self.name in [{', '.join(repr(n) for n in ALLOWED_ENV_NAMES)}] || ("
+                 + " && ".join([*(f"!self.name.startsWith('{p}')" for p in RESERVED_ENV_PREFIXES),
+                                f"!(self.name in [{', '.join(repr(n) for n in RESERVED_ENV_NAMES)}])"])
+                 + ")", f"the operator sets {RESERVED_ENV_DOC} itself", ".name"),
         cel_rule(f"self.name != '{WANDB_KEY_ENV}' || !has(self.value)",
                  "a secret must not be written in the job: use wandb.apiKeySecret or "
                  "valueFrom.secretKeyRef", ".value"),
@@ -138,7 +142,8 @@ class EnvVar(ApiModel):
     def _one_source(self) -> EnvVar:
         if self.value is not None and self.value_from is not None:
             raise ValueError(f"env {self.name}: set value or valueFrom, not both")
-        if self.name.startswith(RESERVED_ENV_PREFIXES) or self.name in RESERVED_ENV_NAMES:
+        if self.name not in ALLOWED_ENV_NAMES and (self.name.startswith(RESERVED_ENV_PREFIXES)
+                                                   or self.name in RESERVED_ENV_NAMES):
             raise ValueError(f"env {self.name}: the operator sets {RESERVED_ENV_DOC} itself")
         if self.name == WANDB_KEY_ENV and self.value is not None:
             raise ValueError(f"env {WANDB_KEY_ENV}: a secret must not be written in the job; use "

@@ -47,6 +47,7 @@ class ConditionType(StrEnum):
     SPEC_APPLIED = "SpecApplied"
     PROGRESS_READABLE = "ProgressReadable"  # progress lines in process 0's log can be read
     PODS_SCHEDULED = "PodsScheduled"      # False: pods wait for nodes past the job's bound
+    SLOW_HOST = "SlowHost"                # True: a host's own work slows every step
 
 
 class ConditionStatus(StrEnum):
@@ -102,6 +103,46 @@ class SliceStatus(ApiModel):
     chips: int = Field(0, ge=0, description="TPU chips, all slices together.")
     devices: int = Field(0, ge=0, description="JAX devices, all slices together.")
     processes: int = Field(0, ge=0, description="JAX processes (containers), all slices together.")
+
+
+class HostScoreStatus(ApiModel):
+    """One host's straggler scores (docs/operator.md#slow-hosts)."""
+
+    host: str = Field(..., max_length=128, description="slice-S/host-H (and /container-C where "
+                      "a host runs several trainer containers).")
+    score: float = Field(..., description="The lower of its two scores: 1 - the share of the "
+                         "step its extra busy time costs.")
+    vs_fastest: float = Field(..., description="Against the fastest host.")
+    vs_own_best: float = Field(..., description="Against its own best window.")
+    busy_seconds: float = Field(..., ge=0, description="Median busy time per step (its own "
+                                "work before the step's collectives), current window.")
+    step_seconds: float | None = Field(None, ge=0, description="Median step time, current "
+                                       "window, where reported.")
+    steps: int = Field(..., ge=0, description="Steady steps scored (warm-up and checkpoint "
+                       "steps left out).")
+    flagged: bool = Field(False, description="Below the threshold on either score.")
+
+
+class HostsStatus(ApiModel):
+    """Every host's report, read from its own log: which host is slow."""
+
+    reporting: int = Field(0, ge=0, description="Trainer processes whose host reports were "
+                           "read in the current attempt.")
+    scored: int = Field(0, ge=0, description="Of them, those with enough steady steps to be "
+                        "scored.")
+    slow_host: str | None = Field(None, max_length=128, description="The flagged host with the "
+                                  "lowest score; none when no host is flagged.")
+    display: str | None = Field(None, max_length=64, description="The SLOW HOST column: the "
+                                "host and its score.")
+    message: str = Field("", max_length=4096, description="Every flagged host with its "
+                         "figures, or the slowest host's score.")
+    slowest: list[HostScoreStatus] = Field(
+        default_factory=list, max_length=8, description="The lowest-scored hosts, lowest "
+        "first.")
+    behind: list[str] = Field(default_factory=list, max_length=64, description="When the job "
+                              "last stalled: the hosts behind the others (at a lower step, "
+                              "silent while the others beat, or busy in their own work while "
+                              "the others wait on the step); kept until a JobSet restart.")
 
 
 class ProgressDisplay(ApiModel):
@@ -324,6 +365,10 @@ class TpuTrainingJobStatus(ApiModel):
                                                "failure policy or after a stall).")
     stall_restarts: int = Field(0, ge=0, description="Restarts the operator made after a stall "
                                                      "(included in restarts).")
+    restart_checkpoints: list[int] | None = Field(
+        None, max_length=64, description="The newest checkpoint step at each "
+        "stall restart, oldest first (-1: none yet); after 3 restarts in a row with no newer "
+        "checkpoint, the next stall fails the job.")
     jobset_restarts: int = Field(0, ge=0, description="Restarts the JobSet reported when last "
                                                       "observed.")
     progress: Progress | None = Field(None, description="Training progress.")
@@ -336,6 +381,8 @@ class TpuTrainingJobStatus(ApiModel):
                                       "spec.scheduling.queueName.")
     goodput: Goodput | None = Field(None, description="Goodput and badput, all restarts "
                                                       "together.")
+    hosts: HostsStatus | None = Field(None, description="Per-host straggler scores of the "
+                                      "current attempt, from every process's host reports.")
     start_time: Timestamp | None = Field(None, description="When the trainer first started.")
     completion_time: Timestamp | None = Field(None, description="When the job finished.")
 
@@ -365,6 +412,6 @@ def find_condition(conditions: list[Condition], type_: str) -> Condition | None:
 
 __all__ = [
     "AdmissionCheckStatus", "Badput", "Condition", "ConditionStatus", "ConditionType", "Failure", "FailureReason",
-    "Goodput", "GoodputAttempt", "Phase", "Progress", "ProgressDisplay", "QueueStatus", "SliceStatus",
+    "Goodput", "GoodputAttempt", "HostScoreStatus", "HostsStatus", "Phase", "Progress", "ProgressDisplay", "QueueStatus", "SliceStatus",
     "TpuTrainingJobStatus", "TrainerSeconds", "build_conditions", "display_of", "find_condition",
 ]

@@ -30,6 +30,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="folder with tls.crt and tls.key (default %(default)s)")
     p.add_argument("--progress-interval", type=float, default=15.0, metavar="SECONDS",
                    help="how often a running job's progress is read (default %(default)s)")
+    p.add_argument("--host-report-interval", type=float, default=30.0, metavar="SECONDS",
+                   help="how often every trainer container's log is read for its host reports "
+                        "(slow hosts; 0: never; default %(default)s)")
     p.add_argument("--relist-interval", type=float, default=300.0, metavar="SECONDS",
                    help="how often jobs and JobSets are listed again, to catch changes no "
                         "watch reported (0: never; default %(default)s)")
@@ -83,6 +86,7 @@ def run(args: argparse.Namespace) -> int:
         webhook=args.webhook, webhook_port=args.webhook_port,
         webhook_cert_dir=args.webhook_cert_dir, workload_policies=policies,
         progress_interval_s=args.progress_interval, workers=args.workers,
+        host_report_interval_s=args.host_report_interval,
         relist_interval_s=args.relist_interval,
         log_format=args.log_format)
     try:

@@ -14,7 +14,6 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from enum import StrEnum
 
-from tpujob.api.recovery import StallAction
 from tpujob.api.scheduling import DEFAULT_UNSCHEDULED_WARNING_SECONDS
 from tpujob.api.spec import TpuTrainingJobSpec
 from tpujob.api.status import (
@@ -31,6 +30,8 @@ from tpujob.api.status import (
 )
 from tpujob.api.trainer_spec import ProgressSource
 from tpujob.controller.goodput import account, display_of_percent, summary
+from tpujob.controller.host_status import decide_hosts
+from tpujob.controller.host_watch import HostsView
 from tpujob.controller.kueue_workload import QueueState, WorkloadReading, describe_wait
 from tpujob.controller.observe import FailureCause, JobSetState, Unscheduled
 from tpujob.controller.progress_status import (
@@ -46,6 +47,7 @@ from tpujob.controller.queueing import (
     queue_events,
     unscheduled_sentence,
 )
+from tpujob.controller.stall import StallOutcome, judge_stall
 from tpujob.controller.trainer_reports import ProgressReading, TimelineReading
 from tpujob.validation import Verdict
 
@@ -63,6 +65,7 @@ class Action(StrEnum):
     RECREATE = "Recreate"                 # delete the JobSet; it is created anew from the spec
     SET_PRIORITY = "SetPriority"          # label the JobSet with spec.scheduling.priority
     STOP = "Stop"                         # suspend for good: the job failed
+    COLLECT_STACKS = "CollectStacks"      # every process's stacks, before a stall's restart
 
 
 @dataclass(frozen=True)
@@ -89,6 +92,7 @@ class Observation:
     progress_problem: str | None = None  # a progress line in process 0's log that cannot be read
     workload: WorkloadReading | None = None   # the JobSet's Kueue Workload, when read
     unscheduled: Unscheduled | None = None    # pods the scheduler has not placed, when read
+    hosts: HostsView | None = None            # every host's reports, when read this pass
 
 
 @dataclass(frozen=True)
@@ -295,6 +299,10 @@ def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
     elif obs.progress is not None and find_condition(
             prev.conditions, ConditionType.PROGRESS_READABLE.value) is not None:
         b.set(ConditionType.PROGRESS_READABLE, True, "ProgressRead", "")
+    if restarted:  # a new attempt: its hosts are scored afresh
+        b.status.hosts = None
+        b.clear_if_present(ConditionType.SLOW_HOST, "Restarted", "a new attempt: its hosts "
+                           "are not scored yet")
     if b.status.restarts > prev.restarts and not js.failed:
         cause = f": {obs.failure.message}" if obs.failure else ""
         b.event("Warning", "Restarted", f"restart {b.status.restarts} of "
@@ -428,6 +436,12 @@ def _supervise(b: _Builder, spec: TpuTrainingJobSpec | None) -> Decision:
     obs = b.obs
     if b.status.start_time is None:
         b.status.start_time = obs.now
+    hosts = decide_hosts(b.prev.hosts if b.status.hosts is not None else None, obs.hosts)
+    b.status.hosts = hosts.hosts
+    if hosts.condition is not None:
+        b.set(ConditionType.SLOW_HOST, *hosts.condition)
+    for event in hosts.events:
+        b.event(*event)
     if spec is None:  # the timeouts are in the update that cannot be read: no stall is judged
         return b.finish(Phase.RUNNING)
     running = find_condition(b.prev.conditions, ConditionType.RUNNING.value)
@@ -442,27 +456,31 @@ def _supervise(b: _Builder, spec: TpuTrainingJobSpec | None) -> Decision:
     if deadline is None or obs.now <= deadline:
         b.clear_if_present(ConditionType.STALLED, "Progressing")
         return b.finish(Phase.RUNNING)
-    step = b.status.progress.step if b.status.progress else None
-    message = (f"no training step completed since {deadline:%Y-%m-%dT%H:%M:%SZ} "
-               f"(last step {step if step is not None else 'none'}; "
-               f"stallTimeoutSeconds {spec.stall_timeout_seconds}, firstStepTimeoutSeconds "
-               f"{spec.first_step_timeout_seconds})")
+    progress = b.status.progress
+    judged = judge_stall(spec, deadline=deadline, now=obs.now,
+                         step=progress.step if progress else None,
+                         checkpoint_step=progress.last_checkpoint_step if progress else None,
+                         restarts=b.status.restarts,
+                         checkpoints=tuple(b.status.restart_checkpoints or ()),
+                         hosts=obs.hosts)
+    message = judged.message
     already = find_condition(b.prev.conditions, ConditionType.STALLED.value)
     b.set(ConditionType.STALLED, True, "Stalled", message)
-    action = spec.restart_policy.on_stall
-    if action == StallAction.IGNORE:
+    if b.status.hosts is not None:
+        b.status.hosts = b.status.hosts.model_copy(update={"behind": list(judged.behind)})
+    if judged.outcome == StallOutcome.IGNORE:
         if already is None or already.status != ConditionStatus.TRUE:
             b.event("Warning", "Stalled", message + "; restartPolicy.onStall is Ignore")
         return b.finish(Phase.RUNNING)
-    if action == StallAction.FAIL or b.status.restarts >= spec.restart_policy.max_restarts:
+    b.actions.append(Action.COLLECT_STACKS)
+    if judged.outcome == StallOutcome.STOP:
         b.actions.append(Action.STOP)
-        if action == StallAction.RESTART:
-            message += f"; restart limit {spec.restart_policy.max_restarts} reached"
         b.event("Warning", "Stalled", message + "; stopping the run")
         return _fail(b, FailureReason.STALLED, message)
     b.actions.append(Action.RESTART)
     b.status.stall_restarts += 1
     b.status.restarts += 1
+    b.status.restart_checkpoints = list(judged.checkpoints)[-64:]
     # The next attempt gets the first-step allowance again.
     if b.status.progress is not None:
         b.status.progress = replace_progress(b.status.progress)

@@ -47,6 +47,8 @@ FLOOR_S: dict[HostPhase, float] = {
     HostPhase.CHECKPOINT_SAVE: 300.0, HostPhase.CHECKPOINT_RESTORE: 300.0}
 LONGEST_SEEN_FACTOR = 5.0
 RESTARTS_WITHOUT_CHECKPOINT = 3
+HEARTBEAT_STALE_S = 60.0   # silent, for a host that does not say how often it beats
+MISSED_BEATS = 3           # silent, for one that does: this many beats missed (and 5 s at least)
 
 
 def learn_timeouts(history: Mapping[HostPhase, Sequence[Sequence[float]]],
@@ -71,6 +73,8 @@ class HostBeat:
     step: int            # the last step it completed
     beat_at: datetime    # its last heartbeat
     moved_at: datetime   # when it last moved: its step advanced or its phase began
+    interval_s: float | None = None   # how often it beats, where it says
+    waiting: bool | None = None       # its main thread waits on the step (for the others)
 
 
 @dataclass(frozen=True)
@@ -109,19 +113,51 @@ def judge_hang(beats: Sequence[HostBeat], now: datetime,
                  f"{_seconds(now, oldest.beat_at):.0f} s ({phase} timeout {timeout:.0f} s)")
     else:
         cause = f"no host moved for {still:.0f} s ({phase} timeout {timeout:.0f} s)"
+    behind, where = _behind(beats, silent)
+    return HangVerdict(True, phase, timeout, behind, f"hung in {phase}: {cause}; {where}")
+
+
+def _behind(beats: Sequence[HostBeat], silent: Sequence[HostBeat]) -> tuple[tuple[str, ...], str]:
+    """The hosts not in the collective the others wait in (host order), and a sentence."""
     top = max(b.step for b in beats)
     some_beat = len(silent) < len(beats)
     behind = [b for b in beats if b.step < top or (some_beat and b in silent)]
     if behind:
         where = (f"behind: {', '.join(f'{b.host} at step {b.step}' for b in behind)}; the "
                  f"furthest host is at step {top}")
+        return tuple(b.host for b in behind), where
+    # All at one step and beating: the hosts busy in their own work while others wait on the
+    # step are the ones not in the collective (where the hosts say which they are doing).
+    busy = [b for b in beats if b.waiting is False]
+    if busy and not silent and len(busy) < len(beats) and \
+            all(b.waiting is not None for b in beats):
+        behind = busy
+        where = (f"behind: {', '.join(b.host for b in busy)} at step {top}, busy in "
+                 f"{'its' if len(busy) == 1 else 'their'} own work while the others wait "
+                 f"for the step's result")
     elif some_beat:
         where = (f"every host at step {top} and beating: no single host is behind (a "
                  f"collective or a data wait)")
     else:
         where = "every host silent: no single host is behind (the job or its reporting stopped)"
-    return HangVerdict(True, phase, timeout, tuple(b.host for b in behind),
-                       f"hung in {phase}: {cause}; {where}")
+    return tuple(b.host for b in behind), where
+
+
+def stale_after_s(beat: HostBeat) -> float:
+    """How long a host may go without a beat before it counts as silent."""
+    if beat.interval_s is None:
+        return HEARTBEAT_STALE_S
+    return max(5.0, MISSED_BEATS * beat.interval_s)
+
+
+def attribute_stall(beats: Sequence[HostBeat], now: datetime) -> tuple[tuple[str, ...], str]:
+    """Which hosts hold up a job found stalled, and a sentence: those behind the others' step,
+    or silent (`stale_after_s`) while others beat."""
+    if not beats:
+        return (), "no host reports read"
+    beats = sorted(beats, key=lambda b: host_order(b.host))
+    silent = [b for b in beats if _seconds(now, b.beat_at) > stale_after_s(b)]
+    return _behind(beats, silent)
 
 
 @dataclass(frozen=True)

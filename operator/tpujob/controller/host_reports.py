@@ -102,8 +102,14 @@ def parse_host_report(line: str) -> tuple[HostBeat, list[StepSample]] | None:
     if not isinstance(steps, list):
         raise UnreadableReport(f"steps {steps!r} is not a list")
     samples = [s for s in map(_sample, steps) if s is not None]
+    interval, waiting = doc.get("interval_s"), doc.get("waiting")
+    if interval is not None and not _seconds(interval, "interval_s") > 0:
+        raise UnreadableReport(f"interval_s {interval!r} must be > 0")
+    if waiting is not None and not isinstance(waiting, bool):
+        raise UnreadableReport(f"waiting {waiting!r} is not true or false")
     beat = HostBeat(report_host(doc), phase, _index(doc, "step"), _when(doc, "time"),
-                    _when(doc, "moved_at"))
+                    _when(doc, "moved_at"), None if interval is None else float(interval),
+                    waiting)
     return beat, samples
 
 

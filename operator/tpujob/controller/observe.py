@@ -276,3 +276,44 @@ def find_process_zero(pods: list[dict[str, Any]]) -> tuple[str, int] | None:
             if port.get("name") == "metrics":
                 return status["podIP"], int(port["containerPort"])
     return None
+
+
+def trainer_containers(pods: list[dict[str, Any]], attempt: int) -> Iterator[tuple[str, str]]:
+    """(pod, container) of every trainer container of the attempt's running pods: the logs
+    every trainer process writes its host reports to."""
+    for pod in pods:
+        meta = pod.get("metadata") or {}
+        labels = meta.get("labels") or {}
+        if int(labels.get(JOBSET_LABEL_RESTART_ATTEMPT, attempt) or 0) != attempt or \
+                (pod.get("status") or {}).get("phase") != "Running" or \
+                meta.get("deletionTimestamp"):
+            continue
+        for container in (pod.get("spec") or {}).get("containers") or []:
+            if str(container.get("name", "")).startswith(names.TRAINER_CONTAINER):
+                yield meta.get("name", ""), container["name"]
+
+
+def trainer_endpoints(pods: list[dict[str, Any]], attempt: int
+                      ) -> Iterator[tuple[str, str, int]]:
+    """(host, pod IP, port) of every trainer process of the attempt's running pods, the host
+    named as the host reports name it (slice-S/host-H, /container-C where a host runs several)."""
+    by_pod = {}
+    for pod in pods:
+        by_pod[(pod.get("metadata") or {}).get("name", "")] = pod
+    for pod_name, container in trainer_containers(pods, attempt):
+        pod = by_pod[pod_name]
+        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+        index = annotations.get(names.JOB_COMPLETION_INDEX_ANNOTATION,
+                                labels.get(names.JOB_COMPLETION_INDEX_ANNOTATION, 0))
+        host = f"slice-{labels.get(names.JOBSET_LABEL_JOB_INDEX, 0)}/host-{index}"
+        spec = [c for c in (pod.get("spec") or {}).get("containers") or []
+                if c.get("name") == container][0]
+        trainers = [c for c in (pod.get("spec") or {}).get("containers") or []
+                    if str(c.get("name", "")).startswith(names.TRAINER_CONTAINER)]
+        if len(trainers) > 1:
+            host += f"/container-{trainers.index(spec)}"
+        port = next((int(p["containerPort"]) for p in spec.get("ports") or []
+                     if str(p.get("name", "")).startswith("metrics")), None)
+        if status.get("podIP") and port is not None:
+            yield host, status["podIP"], port

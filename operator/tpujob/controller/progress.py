@@ -1,6 +1,7 @@
-"""Reading the trainer's progress from JAX process 0's metrics endpoint (`GET /progress`, one
-JSON document). A program that does not serve it (bring-your-own trainers may not) simply has no
-progress: a failed read is never an error of the job."""
+"""Reading the trainer's endpoints: progress from JAX process 0's (`GET /progress`, one JSON
+document), and any process's stacks on a hang (`GET /stacks`). A program that does not serve
+them (bring-your-own trainers may not) simply has none: a failed read is never an error of the
+job."""
 
 from __future__ import annotations
 
@@ -26,3 +27,27 @@ def fetch_progress(address: str, port: int, timeout_s: float = 2.0) -> ProgressR
         log.debug("no progress from %s: %s", url, err)
         return None
     return ProgressReading.from_document(doc)
+
+
+STACKS_MAX_BYTES = 4 * 1024 * 1024
+
+
+def fetch_stacks(address: str, port: int, label: str, timeout_s: float = 5.0
+                 ) -> tuple[dict | None, str | None]:
+    """GET http://address:port/stacks?label=...: (the process's answer, None), or (None, why
+    not): a stopped process, or one holding the GIL, does not answer in time."""
+    host = f"[{address}]" if ":" in address else address
+    url = f"http://{host}:{port}/stacks?label={label}"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout_s) as response:  # noqa: S310
+            doc = json.loads(response.read(STACKS_MAX_BYTES))
+    except TimeoutError:
+        return None, f"no answer in {timeout_s:g} s"
+    except urllib.error.HTTPError as err:
+        return None, f"HTTP {err.code} (the program serves no stacks)"
+    except (OSError, urllib.error.URLError, ValueError) as err:
+        reason = getattr(err, "reason", err)
+        if isinstance(reason, TimeoutError):
+            return None, f"no answer in {timeout_s:g} s"
+        return None, f"unreachable: {reason}"
+    return (doc, None) if isinstance(doc, dict) else (None, "not a stacks document")

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -21,6 +22,8 @@ from tpujob.builders.fingerprint import FINGERPRINT_ANNOTATION, changed_fields
 from tpujob.builders.jobset import build_children
 from tpujob.controller.decide import Action, Decision, Observation, decide
 from tpujob.controller.events import PostEvent
+from tpujob.controller.host_reports import read_host_reports
+from tpujob.controller.host_watch import HostsView, HostWatch
 from tpujob.controller.kube import ApiRefused, ApiUnavailable, KubeApi
 from tpujob.controller.kueue_workload import QueueState, WorkloadReading, read_workload
 from tpujob.controller.log_source import (
@@ -36,8 +39,10 @@ from tpujob.controller.observe import (
     find_process_zero,
     read_container_exits,
     read_unscheduled,
+    trainer_containers,
+    trainer_endpoints,
 )
-from tpujob.controller.progress import fetch_progress
+from tpujob.controller.progress import fetch_progress, fetch_stacks
 from tpujob.controller.settings import OperatorSettings
 from tpujob.controller.trainer_reports import ProgressReading, read_final_timelines
 from tpujob.validation import Verdict, validate_job
@@ -46,6 +51,7 @@ log = logging.getLogger("tpujob.operator")
 PolicyEnsurer = Callable[[str, str], None]   # (policy name, accelerator topology)
 # Phases a job reaches only once its children were created: a JobSet missing then has gone.
 HAD_CHILDREN = {Phase.QUEUED, Phase.STARTING, Phase.RUNNING, Phase.RESTARTING, Phase.SUSPENDED}
+HOST_REPORT_TAIL_LINES = 5000   # per container and read: a report every 10 s, the step lines
 
 
 @dataclass(frozen=True)
@@ -87,6 +93,8 @@ class Reconciler:
                  ensure_policy: PolicyEnsurer | None = None,
                  read_progress: Callable[[str, int], ProgressReading | None] | None = None,
                  read_log: ReadLog | None = None,
+                 read_stacks: Callable[[str, int, str], tuple[dict | None, str | None]]
+                 | None = None,
                  record_event: PostEvent | None = None,
                  clock: Callable[[], datetime] = lambda: datetime.now(UTC)):
         self.kube = kube
@@ -96,6 +104,8 @@ class Reconciler:
         self.read_progress = read_progress or (
             lambda ip, port: fetch_progress(ip, port, settings.progress_timeout_s))
         self.read_log = read_log or (lambda *args: self.kube.read_pod_log(*args))
+        self.read_stacks = read_stacks or (
+            lambda ip, port, label: fetch_stacks(ip, port, label, settings.stacks_timeout_s))
         self.clock = clock
         # Posts an Event: at once by default; the operator hands them to its EventRecorder.
         self.record_event = record_event or (
@@ -108,6 +118,10 @@ class Reconciler:
         # job uid -> ((namespace, JobSet uid, restarts), where process 0 is: (IP, port) or
         # (pod, container)): the current attempt's only, and dropped with the job (`forget`).
         self._process_zero: dict[str, tuple[tuple[str, str, int], tuple]] = {}
+        # job uid -> the host reports of its current attempt (dropped with the job: `forget`).
+        self._host_watch: dict[str, HostWatch] = {}
+        # The pods listed in the pass under way (one list serves every look of one pass).
+        self._pass_pods: dict[tuple[str, str], list[dict[str, Any]]] = {}
 
     # -- observing ---------------------------------------------------------------------------
     def _blocked_by_policy(self, verdict: Verdict) -> tuple[FailureReason, str] | None:
@@ -135,7 +149,7 @@ class Reconciler:
         if kept is not None and kept[0] == attempt:
             return kept[1]
         self._process_zero.pop(job, None)  # an earlier attempt's: not kept while looking
-        found = find(self.kube.list_pods(ns, name))
+        found = find(self._list_pods(ns, name))
         if found is not None:
             self._process_zero[job] = (attempt, found)
         return found
@@ -162,6 +176,35 @@ class Reconciler:
             self._forget_process_zero(js)  # look the pod up again next time
         return reading, problem
 
+    def _hosts(self, ns: str, name: str, js: JobSetState, stall_restarts: int
+               ) -> HostsView | None:
+        """The hosts of the running attempt (a JobSet restart or a stall restart starts a new
+        one): every trainer container's log read for its host reports at most every
+        `host_report_interval_s` (only what came since the last read), the view of them all
+        kept in between."""
+        interval = self.settings.host_report_interval_s
+        if interval <= 0:
+            return None
+        job, now = js.owner_uid or "", self.clock()
+        attempt = (ns, js.uid or "", js.restarts, stall_restarts)
+        watch = self._host_watch.get(job)
+        if watch is None or watch.attempt != attempt:
+            watch = self._host_watch[job] = HostWatch(attempt)
+        elif watch.read_at is not None and (now - watch.read_at).total_seconds() < interval:
+            return watch.view()
+        since = watch.since_seconds(now)
+        texts = [self.read_log(ns, pod, container, HOST_REPORT_TAIL_LINES, since) or ""
+                 for pod, container in trainer_containers(self._list_pods(ns, name),
+                                                          js.restarts)]
+        watch.merge(read_host_reports("\n".join(texts)), now)
+        return watch.view()
+
+    def _list_pods(self, ns: str, name: str) -> list[dict[str, Any]]:
+        key = (ns, name)
+        if key not in self._pass_pods:
+            self._pass_pods[key] = self.kube.list_pods(ns, name)
+        return self._pass_pods[key]
+
     def _validate(self, job: dict[str, Any]) -> Verdict:
         meta = job.get("metadata") or {}
         uid, generation = meta.get("uid"), meta.get("generation")
@@ -178,6 +221,7 @@ class Reconciler:
         """Drop what is kept about a deleted job."""
         self._verdicts.pop(uid or "", None)
         self._process_zero.pop(uid or "", None)
+        self._host_watch.pop(uid or "", None)
         self._refusals = {k for k in self._refusals if k[0] != (uid or "")}
 
     def report_refused(self, job: dict[str, Any], err: ApiRefused) -> None:
@@ -201,6 +245,13 @@ class Reconciler:
 
     def observe(self, job: dict[str, Any], jobset: dict[str, Any] | None,
                 prev: TpuTrainingJobStatus) -> Observation:
+        try:
+            return self._observe(job, jobset, prev)
+        finally:
+            self._pass_pods.pop((job["metadata"]["namespace"], job["metadata"]["name"]), None)
+
+    def _observe(self, job: dict[str, Any], jobset: dict[str, Any] | None,
+                 prev: TpuTrainingJobStatus) -> Observation:
         meta = job["metadata"]
         ns, name = meta["namespace"], meta["name"]
         verdict = self._validate(job)
@@ -222,21 +273,22 @@ class Reconciler:
         failure, finals, pods = None, (), None
         if js.exists and (js.failed or js.completed or js.restarts > prev.jobset_restarts):
             # The pods of the attempt that ended: why, and the timelines they left on exit.
-            pods = self.kube.list_pods(ns, name)
+            pods = self._list_pods(ns, name)
             if js.failed or js.restarts > prev.jobset_restarts:
                 failure = explain_failure(read_container_exits(pods))
             finals = read_final_timelines(pods)
         workload, unscheduled = self._queue_and_placement(ns, name, js, prev, verdict, pods)
-        progress, problem = None, None
+        progress, problem, hosts = None, None, None
         if js.exists and js.all_ready and not js.suspended and not js.failed \
                 and not js.completed:
             source = verdict.job.spec.trainer.progress if verdict.valid else None
             progress, problem = self._progress(ns, name, js, source)
+            hosts = self._hosts(ns, name, js, prev.stall_restarts)
         return Observation(now=self.clock(), generation=int(meta.get("generation", 0)),
                            verdict=verdict, jobset=js, spec_matches=spec_matches,
                            changed_fields=changed, failure=failure, progress=progress,
                            blocked=blocked, progress_problem=problem, finals=finals,
-                           workload=workload, unscheduled=unscheduled)
+                           workload=workload, unscheduled=unscheduled, hosts=hosts)
 
     def _queue_and_placement(self, ns: str, name: str, js: JobSetState,
                              prev: TpuTrainingJobStatus, verdict: Verdict,
@@ -261,7 +313,7 @@ class Reconciler:
             (self.clock() - js.created).total_seconds() >= bound
         if not js.suspended and not js.all_ready and bound > 0 and old_enough:
             unscheduled = read_unscheduled(pods if pods is not None
-                                           else self.kube.list_pods(ns, name))
+                                           else self._list_pods(ns, name))
         return workload, unscheduled
 
     # -- acting ----------------------------------------------------------------------------
@@ -298,10 +350,37 @@ class Reconciler:
                 self.kube.restart_jobs(ns, name)
             elif action == Action.RECREATE:
                 self.kube.delete_jobset(ns, name, obs.jobset.uid)
+            elif action == Action.COLLECT_STACKS:
+                self._collect_stacks(job, obs)
             elif action == Action.SET_PRIORITY:
                 self.kube.set_jobset_label(ns, name, names.KUEUE_PRIORITY_LABEL,
                                            obs.verdict.job.spec.scheduling.priority)
         return created
+
+    def _collect_stacks(self, job: dict[str, Any], obs: Observation) -> None:
+        """Every trainer process's stacks, asked for at once before a stalled job restarts or
+        stops; each process saves its own under the job's output (`stacks/<label>/`). One
+        Warning Event says which answered and where they are, and which did not."""
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        label = f"hang-{obs.now:%Y%m%dT%H%M%SZ}"
+        endpoints = list(trainer_endpoints(self.kube.list_pods(ns, name), obs.jobset.restarts))
+        if not endpoints:
+            return
+        with ThreadPoolExecutor(max_workers=min(16, len(endpoints))) as pool:
+            answers = list(pool.map(lambda e: self.read_stacks(e[1], e[2], label), endpoints))
+        saved, silent = [], []
+        for (host, _, _), (doc, why) in zip(endpoints, answers, strict=True):
+            if doc is None:
+                silent.append(f"{host}: {why}")
+            else:
+                saved.append(f"{host} ({doc.get('saved') or 'in its log only'})")
+        message = (f"stacks of {len(saved)} of {len(endpoints)} processes, label {label}"
+                   + (f": {'; '.join(saved)}" if saved else "")
+                   + (f". No stacks from {'; '.join(silent)} (a stopped process, or one "
+                      "holding the GIL, cannot answer)" if silent else ""))
+        log.warning("%s/%s: %s", ns, name, message)
+        self.metrics.events.labels("HangStacks").inc()
+        self.record_event(job, "Warning", "HangStacks", message[:1024])
 
     # -- the whole pass --------------------------------------------------------------------
     def reconcile(self, job: dict[str, Any], jobset: dict[str, Any] | None) -> Outcome:

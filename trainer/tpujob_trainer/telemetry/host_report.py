@@ -8,7 +8,8 @@ stays behind.
 One compact JSON line per report (`contract.HOST_REPORT_EVENT`, docs/trainer.md):
 
     {"event":"host_report","time":1718000012.5,"process":1,"slice":0,"host":1,"phase":"step",
-     "step":57,"moved_at":1718000012.41,"steps":[[56,0.0123,0.0456,0],[57,0.0119,0.0461,0]]}
+     "step":57,"moved_at":1718000012.41,"interval_s":10.0,"waiting":true,
+     "steps":[[56,0.0123,0.0456,0],[57,0.0119,0.0461,0]]}
 
 A line goes out at each phase change (from the thread that changes it) and every
 `interval_s` from a daemon thread, which keeps beating while the main thread waits in a
@@ -52,6 +53,7 @@ class HostReporter:
         self._steps: deque[list[Any]] = deque(maxlen=max_steps)
         self._dropped = 0
         self._overlapped = False   # a checkpoint save or restore since the last step ended
+        self._waiting = False      # the main thread waits on the step (for the other hosts)
 
     @classmethod
     def for_process(cls, penv: ProcessEnv, out: TextIO | None = None) -> HostReporter | None:
@@ -100,6 +102,13 @@ class HostReporter:
         if first:
             self._emit()
 
+    def waiting(self, flag: bool) -> None:
+        """The main thread starts (True) or stops (False) waiting on the runtime for a step:
+        where it waits for the other hosts. A hung job's hosts that are not waiting are the
+        ones not in the collective the others wait in."""
+        with self._lock:
+            self._waiting = flag
+
     def _moved(self, phase: HostPhase, step: int | None) -> None:
         self._phase = phase
         if step is not None:
@@ -111,7 +120,8 @@ class HostReporter:
         with self._lock:
             doc: dict[str, Any] = {"event": HOST_REPORT_EVENT, "time": round(self._clock(), 3),
                                    **self._identity, "phase": self._phase.value,
-                                   "step": self._step, "moved_at": round(self._moved_at, 3)}
+                                   "step": self._step, "moved_at": round(self._moved_at, 3),
+                                   "interval_s": self._interval_s, "waiting": self._waiting}
             if self._steps:
                 doc["steps"] = list(self._steps)
                 self._steps.clear()

@@ -1,5 +1,7 @@
-"""The HTTP endpoint the operator reads on process 0: `/metrics` (Prometheus text) and
-`/progress` (one JSON document: step, total, loss, speed, phase, last checkpoint).
+"""The HTTP endpoint every trainer process serves: `/metrics` (Prometheus text), `/progress` (one
+JSON document: step, total, loss, speed, phase, last checkpoint; the operator reads process
+0's) and `/stacks` (this process's Python stacks, `telemetry/stacks.py`: what the operator
+asks every process of a hung job for).
 
 The `/progress` field names are a contract with the operator (`contract.py`, docs/trainer.md):
 every field in PROGRESS_FIELDS is always present, null until known.
@@ -14,6 +16,7 @@ import time
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
+from urllib.parse import parse_qs, urlsplit
 
 from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, generate_latest
 from prometheus_client.core import GaugeMetricFamily
@@ -113,7 +116,8 @@ class _Server6(_Server4):
 class ProgressServer:
     """Serves `progress` on `host:port`; host None = all (IPv4) interfaces, port 0 = any free."""
 
-    def __init__(self, progress: Progress, port: int, host: str | None = None):
+    def __init__(self, progress: Progress, port: int, host: str | None = None,
+                 stacks: Callable[[str | None], dict[str, Any]] | None = None):
         progress_ref = progress
 
         class Handler(BaseHTTPRequestHandler):
@@ -126,6 +130,14 @@ class ProgressServer:
                     ctype = "application/json"
                 elif path == "/healthz":
                     body, ctype = b"ok", "text/plain"
+                elif path == "/stacks" and stacks is not None:
+                    query = parse_qs(urlsplit(self.path).query)
+                    try:
+                        answer = stacks((query.get("label") or [None])[0])
+                    except ValueError as e:
+                        self.send_error(400, str(e))
+                        return
+                    body, ctype = json.dumps(answer).encode(), "application/json"
                 else:
                     self.send_error(404)
                     return

@@ -249,7 +249,10 @@ class Executor:
         self._publish_domains(jobsets)
         managed = [j for j in jobs if controller_uid(j) in jobset_uids and not is_deleting(j)]
         managed_uids = {uid(j) for j in managed}
-        job_uids = {uid(j) for j in jobs}
+        # A Job being deleted (a restart deletes Jobs in the foreground: pods first) no longer
+        # tracks its pods: their finalizers go as for a Job already gone, as Kubernetes' Job
+        # controller removes them for a deleted Job; else the two wait for each other.
+        job_uids = {uid(j) for j in jobs if not is_deleting(j)}
 
         # Kubelet: reap, stop and start processes; report pod status.
         node_pods = [p for p in pods if controller_uid(p) in managed_uids
@@ -259,7 +262,7 @@ class Executor:
         next_due = self._run_pods(node_pods, by_uid, now)
         pods = list(by_uid.values())
 
-        # Job controller: each managed Job, then pods whose Job is gone.
+        # Job controller: each managed Job, then pods whose Job is gone or going.
         for job in managed:
             plan = plan_job(job, [p for p in pods if controller_uid(p) == uid(job)], now,
                             self.settings.job_backoff_s, frozenset(self._excused))

@@ -38,7 +38,8 @@ class StartError(RuntimeError):
 
 # The operator reads progress every second here (15 s in a cluster): a person is watching.
 LOCAL_OPERATOR = OperatorSettings(http_host="127.0.0.1", http_port=None, progress_interval_s=1.0,
-                                  resync_interval_s=10.0, retry_delays_s=(0.5, 1, 2, 5))
+                                  resync_interval_s=10.0, retry_delays_s=(0.5, 1, 2, 5),
+                                  host_report_interval_s=2.0)
 
 
 @dataclass(frozen=True)
