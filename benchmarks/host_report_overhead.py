@@ -9,8 +9,8 @@
    `step_time_s` past the first 10 steps; the two arms are compared by the median of their runs'
    medians, beside the spread of the runs within each arm.
 2. In this process, the report's work on the training thread per step (the loop's three clock
-   reads and `HostReporter.step_done`) and per line (`line()` with a full batch of steps,
-   written to /dev/null), timed over many calls: what the end-to-end difference cannot resolve
+   reads, its four `HostReporter.waiting` calls and `step_done`) and per line (`line()` with a
+   full batch of steps, written to /dev/null), timed over many calls: what the end-to-end difference cannot resolve
    on a shared machine.
 
 `--write` writes benchmarks/results/host_report_overhead.md; without it the table is printed.
@@ -84,7 +84,11 @@ def time_calls() -> dict:
         t0 = clock()
         for step in range(n):
             a = clock()
+            r.waiting(True)    # around the dispatch and the read-back, as the loop does
+            r.waiting(False)
             b = clock()
+            r.waiting(True)
+            r.waiting(False)
             c = clock()
             r.step_done(step, b - a, c - b)
         per_step = (clock() - t0) / n
@@ -148,7 +152,7 @@ The report's work, timed alone (200,000 steps; 2,000 lines of {calls['steps_per_
 
 | on the training thread | cost |
 |---|---|
-| per step: three clock reads and `step_done` (a lock and an append) | {per_step_us:.2f} us |
+| per step: three clock reads, four `waiting` calls and `step_done` (five locks and an append) | {per_step_us:.2f} us |
 | per line: `line()` with {calls['steps_per_line']} steps, JSON, write and flush | {per_line_us:.1f} us |
 | per step at the default heartbeat (one line per 10 s) and 10 ms steps | {per_step_us + per_line_us / 1000:.2f} us |
 

@@ -1,6 +1,7 @@
 """The operator's decision, table-driven: previous status + observation -> phase, conditions,
 Events and actions. Every phase transition the operator makes is a row here."""
 
+import dataclasses
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -237,6 +238,25 @@ def test_a_stall_names_the_host_behind_the_others():
     # Kept by the reads that follow, until a JobSet restart.
     later = decide(d.status, obs(js(ready_jobs=1), now=now + timedelta(seconds=5), hosts=hosts))
     assert later.status.hosts.behind == ["slice-0/host-1"]
+
+
+@pytest.mark.parametrize("spec, restarted", [({}, True), ({"stallTimeoutSeconds": 0}, False)])
+def test_a_hang_learned_from_the_steps_restarts_before_the_stall_timeout(spec, restarted):
+    progress = Progress(step=10, last_step_time=T0 + timedelta(seconds=100))
+    prev = running_status(T0, progress)
+    now = T0 + timedelta(seconds=300)            # 200 s without a step: well within 600
+    beats = (HostBeat("slice-0/host-0", HostPhase.STEP, 10, now, T0 + timedelta(seconds=100)),
+             HostBeat("slice-0/host-1", HostPhase.STEP, 10, now, T0 + timedelta(seconds=100)))
+    hosts = HostsView((), beats, "", 0, step_timeout_s=150.0)
+    d = decide(prev, obs(js(ready_jobs=1), spec=spec, now=now, hosts=hosts))
+    if not restarted:
+        assert d.actions == [] and cond(d, "Stalled") is None
+        return
+    assert d.actions == [Action.COLLECT_STACKS, Action.RESTART]
+    assert cond(d, "Stalled").message.startswith("hung in step: no host moved for 200 s")
+    quiet = decide(prev, obs(js(ready_jobs=1), now=now, hosts=dataclasses.replace(
+        hosts, step_timeout_s=250.0)))
+    assert quiet.actions == []
 
 
 def test_the_slow_host_is_decided_while_running_and_dropped_on_a_restart():

@@ -200,3 +200,10 @@ def test_log_based_progress_skips_the_host_reports():
     assert parse_jsonl_line(report) is None
     text = '{"event": "step", "step": 8, "loss": 2.0}\n' + report + "\n"
     assert latest_progress(text, "jsonl") == {"event": "step", "step": 8, "loss": 2.0}
+
+
+def test_a_short_interval_and_the_waiting_flag_are_read():
+    beat, _ = parse_host_report(line(interval_s=0.5, waiting=True))
+    assert (beat.interval_s, beat.waiting) == (0.5, True)
+    beat, _ = parse_host_report(line())
+    assert (beat.interval_s, beat.waiting) == (None, None)   # a program that says neither

@@ -59,6 +59,25 @@ def test_a_beat_of_the_same_time_read_later_wins_and_nothing_read_starts_at_0():
     assert watch.beats[A] is saving
 
 
+@pytest.mark.parametrize("steps_a, steps_b, want", [
+    (steps(1, 51, 0.5, 1.0), steps(1, 51, 0.5, 1.0), None),   # 49 steady steps: not yet
+    (steps(1, 52, 0.5, 1.0), (), 120.0),                      # 50: the floor
+    (steps(1, 52, 0.5, 30.0), steps(1, 20, 0.5, 31.0), 155.0),   # 5x the longest, any host
+])
+def test_the_step_timeout_is_learned_from_the_steady_steps(steps_a, steps_b, want):
+    watch = HostWatch("attempt")
+    watch.merge(HostReports({A: steps_a, B: steps_b} if steps_b else {A: steps_a}, {}), T0)
+    assert watch.view().step_timeout_s == want
+
+
+def test_warm_up_and_checkpoint_steps_do_not_teach_the_timeout():
+    watch = HostWatch("attempt")
+    warm = (StepSample(1, 300.0, 600.0), StepSample(2, 1.0, 400.0))    # the compile step
+    saved = tuple(StepSample(s, 0.5, 500.0, True) for s in range(3, 6))
+    watch.merge(HostReports({A: warm + saved + steps(6, 60, 0.5, 1.0)}, {}), T0)
+    assert watch.view().step_timeout_s == 120.0
+
+
 def test_the_bounds_fit_the_scores_and_the_log_reads():
     # Every host keeps 20 of the scores' windows (its own best reaches back over them); the
     # first read looks back as far as process 0's progress read does.

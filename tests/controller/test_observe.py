@@ -2,6 +2,7 @@
 and the trainer's progress document."""
 
 import json
+from datetime import UTC, datetime
 
 import pytest
 
@@ -10,9 +11,11 @@ from tpujob.controller.observe import (
     TRAINER_REASONS,
     ContainerExit,
     JobSetState,
+    Unscheduled,
     explain_failure,
     find_process_zero,
     read_container_exits,
+    read_unscheduled,
 )
 from tpujob.controller.trainer_reports import ProgressReading
 
@@ -293,6 +296,7 @@ def test_a_long_phase_word_is_cut_to_what_the_status_holds():
     (JobSetState.missing(), "exists"),
     (ContainerExit("p", "trainer", 1), "exit_code"),
     (ProgressReading(step=1), "step"),
+    (Unscheduled(1, 2, datetime(2026, 1, 1, tzinfo=UTC), "p", "m"), "pods"),
 ])
 def test_the_views_cannot_be_changed_in_place(view, field):
     """The reconciler reads them once and hands them to `decide` and `act` alike."""
@@ -319,3 +323,25 @@ def test_final_timelines_are_read_where_the_kubelet_keeps_them():
     finals = read_final_timelines([_pod("a", statuses=[anonymous]), _pod("b", statuses=[zero])])
     assert [(f.step, f.seconds.productive if f.seconds else None) for f in finals] == \
         [(30, 20.0), (31, None)]
+
+
+def _waiting(name: str, created: str | None) -> dict:
+    meta = {"name": name, **({"creationTimestamp": created} if created else {})}
+    return {"metadata": meta, "status": {"phase": "Pending", "conditions": [
+        {"type": "PodScheduled", "status": "False", "message": f"no node for {name}"}]}}
+
+
+def test_the_oldest_unscheduled_pod_speaks_and_one_without_a_date_comes_last():
+    found = read_unscheduled([_waiting("b-undated", None), _waiting("c", "2026-01-01T10:00:00Z"),
+                              _waiting("d", "2026-01-01T09:00:00Z")])
+    assert (found.pods, found.of, found.pod, found.message) == (3, 3, "d", "no node for d")
+    assert found.since == datetime(2026, 1, 1, 9, tzinfo=UTC)
+    undated = read_unscheduled([_waiting("z", None), _waiting("a", None)])
+    assert undated.pod == "a"   # by name among equals
+
+
+def test_a_crash_message_keeps_its_last_500_characters():
+    message = "x" * 100 + "y" * 500
+    reason, says = ContainerExit("p", "trainer", 1, message=message).classify()
+    assert reason == FailureReason.ERROR
+    assert says == "pod p, container trainer exited 1: " + "y" * 500

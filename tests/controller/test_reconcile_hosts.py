@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -36,9 +37,11 @@ def report_lines(host: int, busy: float, first: int = 1, last: int = 40) -> str:
     lines = []
     for end in range(first + 9, last + 1, 10):
         entries = [[s, 20.0 if s == 1 else busy, 1.0 - busy, 0] for s in range(end - 9, end + 1)]
-        lines.append(json.dumps({"event": "host_report", "time": 1.0e9 + end, "process": host,
+        # Beats of a job that runs now (a beat decades old would be a hang).
+        at = time.time() - 100 + end
+        lines.append(json.dumps({"event": "host_report", "time": at, "process": host,
                                  "slice": 0, "host": host, "phase": "step", "step": end,
-                                 "moved_at": 1.0e9 + end, "steps": entries},
+                                 "moved_at": at, "steps": entries},
                                 separators=(",", ":")))
     return "\n".join(["a line of the trainer's own", *lines]) + "\n"
 

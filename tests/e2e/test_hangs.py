@@ -18,6 +18,7 @@ from tests.e2e.conftest import TINY, unique
 from tests.support.apiserver import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+CONTROL_PLANES = ("embedded", "real")   # the real Job controller's foreground deletion too
 STALL_S = 8
 PROGRAMS = Path(__file__).resolve().parent / "programs"
 

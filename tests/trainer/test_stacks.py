@@ -46,6 +46,7 @@ def test_the_stacks_go_to_stderr_and_the_output_and_back(tmp_path):
     dump = StackDumper("slice-0/host-1", str(tmp_path / "out") + "/", err=err,
                        clock=lambda: 12.3456, format_=lambda: "the stacks\n")
     answer = dump("restart-1")
+    dump.saving.join(10)
     saved = tmp_path / "out" / "stacks" / "restart-1" / "slice-0-host-1.txt"
     assert answer == {"host": "slice-0/host-1", "time": 12.346, "stacks": "the stacks\n",
                       "saved": str(saved)}
@@ -60,9 +61,23 @@ def test_no_output_or_an_unwritable_one_still_answers(tmp_path):
     assert StackDumper("h", None, err=io.StringIO())("x")["saved"] is None
     blocked = tmp_path / "file"
     blocked.write_text("not a folder")
-    answer = StackDumper("h", str(blocked), err=io.StringIO(), format_=lambda: "s")("x")
-    assert answer["stacks"] == "s" and answer["saved"] is None
-    assert answer["save_error"].startswith(("NotADirectoryError", "FileExistsError"))
+    err = io.StringIO()
+    dump = StackDumper("h", str(blocked), err=err, format_=lambda: "s")
+    answer = dump("x")
+    dump.saving.join(10)
+    assert answer["stacks"] == "s"
+    assert f"tpujob: the stacks were not saved to {blocked}/stacks/x/h.txt: " in err.getvalue()
+
+
+def test_a_failed_save_is_said_in_one_bounded_line(tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a folder")
+    err = io.StringIO()
+    dump = StackDumper("h" * 700, str(blocked), err=err, format_=lambda: "s")
+    dump("x")
+    dump.saving.join(10)
+    [line] = err.getvalue().splitlines()[-1:]
+    assert len(line) == 599 and err.getvalue().endswith("\n")   # 600 with the newline
 
 
 @pytest.mark.parametrize("label", ["", "../etc", "a/b", "x" * 64, "-lead"])
@@ -90,6 +105,7 @@ def test_the_endpoint_answers_while_the_main_thread_is_blocked(tmp_path):
         assert answers[0]["host"] == "slice-0/host-1"
         assert "in test_the_endpoint_answers_while_the_main_thread_is_blocked" in \
             answers[0]["stacks"]
+        dump.saving.join(10)
         assert (tmp_path / "stacks" / "hang-1" / "slice-0-host-1.txt").exists()
         with pytest.raises(urllib.error.HTTPError) as refused:
             urllib.request.urlopen(f"http://{BIND}:{server.port}/stacks?label=a/b", timeout=10)

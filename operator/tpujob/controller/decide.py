@@ -47,7 +47,7 @@ from tpujob.controller.queueing import (
     queue_events,
     unscheduled_sentence,
 )
-from tpujob.controller.stall import StallOutcome, judge_stall
+from tpujob.controller.stall import StallOutcome, hang_before_the_deadline, judge_stall
 from tpujob.controller.trainer_reports import ProgressReading, TimelineReading
 from tpujob.validation import Verdict
 
@@ -453,11 +453,15 @@ def _supervise(b: _Builder, spec: TpuTrainingJobSpec | None) -> Decision:
     watched = (not spec.is_custom_trainer or b.status.progress is not None
                or spec.trainer.progress.source == ProgressSource.LOG)
     deadline = stall_deadline(spec, running_since, b.status.progress) if watched else None
-    if deadline is None or obs.now <= deadline:
+    passed = deadline is not None and obs.now > deadline
+    # stallTimeoutSeconds 0 turns both off.
+    hang = (hang_before_the_deadline(obs.hosts, obs.now)
+            if watched and not passed and spec.stall_timeout_seconds else None)
+    if not passed and hang is None:
         b.clear_if_present(ConditionType.STALLED, "Progressing")
         return b.finish(Phase.RUNNING)
     progress = b.status.progress
-    judged = judge_stall(spec, deadline=deadline, now=obs.now,
+    judged = judge_stall(spec, deadline=deadline if passed else None, now=obs.now, hang=hang,
                          step=progress.step if progress else None,
                          checkpoint_step=progress.last_checkpoint_step if progress else None,
                          restarts=b.status.restarts,

@@ -1,24 +1,24 @@
 """Is the job hung, which hosts hold it up, and is one more restart worth it. Pure: the hosts'
-heartbeats, the job's history of phase durations and `now` in; timeouts, a verdict and a
-sentence for status and Events out.
+heartbeats, the phases' timeouts and `now` in; a verdict and a sentence for status and Events
+out.
 
-Timeouts fit the phase a host is in and follow nvidia-resiliency-ext's rule: 5x the longest
-duration seen for that phase in this job's earlier attempts and steps, the warm-up left out (the
-first step of an attempt also carries the compile and the first batch), and never below the
-phase's floor. A phase with no history gets a generous default, so that a first run is never cut
-short: 600 s to start (process start to distributed init: image pull and peers scheduled
-minutes apart), 1800 s to compile and for a checkpoint save or restore (a large model, a cold
-cache, gs://), 600 s for a step. The floors: 120 s for a step (above JAX's own 100 s heartbeat
-timeout, so that a lost process is first reported by JAX with its own error, and several operator
-polls), 300 s for the other phases.
+Timeouts fit the phase a host is in. A step's follows nvidia-resiliency-ext's rule: 5x the
+longest steady step this attempt has seen, never below its floor (`host_watch` learns it); the
+other phases keep generous defaults, so that a first run is never cut short: 600 s to start
+(process start to distributed init: image pull and peers scheduled minutes apart), 1800 s to
+compile and for a checkpoint save or restore (a large model, a cold cache, gs://), 600 s for a
+step not yet learned. The floors: 120 s for a step (above JAX's own 100 s heartbeat timeout, so
+that a lost process is first reported by JAX with its own error, and several operator polls),
+300 s for the other phases.
 
 A host is hung when its last heartbeat is older than its phase's timeout (beat from a thread
 that keeps going while the main thread waits in a collective, so a stale beat means the process
 itself stopped: SIGSTOP, a lost node, the GIL held), or the job is when no host has moved (a step
 ended, a phase began) for longer than the timeout of the longest phase a host is in. In SPMD JAX
 a hung job is a collective some hosts wait in: the hosts behind are those not in it, at a lower
-step than the others or silent while the others beat. All at one step and beating, no host is
-behind: a collective or a data wait that every host is in.
+step than the others, silent while the others beat, or busy in their own work while the others
+wait on the step (where the hosts say so). Otherwise no host is behind: a collective or a data
+wait that every host is in.
 """
 
 from __future__ import annotations
@@ -49,19 +49,6 @@ LONGEST_SEEN_FACTOR = 5.0
 RESTARTS_WITHOUT_CHECKPOINT = 3
 HEARTBEAT_STALE_S = 60.0   # silent, for a host that does not say how often it beats
 MISSED_BEATS = 3           # silent, for one that does: this many beats missed (and 5 s at least)
-
-
-def learn_timeouts(history: Mapping[HostPhase, Sequence[Sequence[float]]],
-                   factor: float = LONGEST_SEEN_FACTOR) -> dict[HostPhase, float]:
-    """Each phase's timeout in seconds. `history`: per phase, per earlier attempt, the durations
-    it took in order (one for startup and compile, one per step or checkpoint)."""
-    timeouts = {}
-    for phase in HostPhase:
-        seen = [seconds for attempt in history.get(phase, ())
-                for seconds in (attempt[1:] if phase is HostPhase.STEP else attempt)]
-        timeouts[phase] = (max(FLOOR_S[phase], factor * max(seen)) if seen
-                           else DEFAULT_TIMEOUT_S[phase])
-    return timeouts
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from collections.abc import Hashable
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from tpujob.controller.hangs import HostBeat
+from tpujob.controller.hangs import FLOOR_S, LONGEST_SEEN_FACTOR, HostBeat, HostPhase
 from tpujob.controller.host_reports import HostReports
 from tpujob.controller.stragglers import (
     DEFAULTS,
@@ -29,6 +29,7 @@ from tpujob.controller.stragglers import (
 )
 
 KEEP_STEPS = 400            # per host: 20 windows of 20
+LEARN_STEPS = 50            # steady steps a host needs before the step timeout is learned
 FIRST_LOOK_S = 900          # how far back the first read of an attempt looks
 OVERLAP_S = 30              # a later read looks back this much past the previous one
 
@@ -42,6 +43,9 @@ class HostsView:
     beats: tuple[HostBeat, ...]
     message: str
     unreadable: int         # report lines skipped as malformed, this attempt
+    # 5x the longest steady step this attempt has seen (120 s at least), once a host has
+    # LEARN_STEPS of them; None before: how long no step may take before the job is hung.
+    step_timeout_s: float | None = None
 
     @property
     def flagged(self) -> tuple[HostScore, ...]:
@@ -102,4 +106,16 @@ class HostWatch:
                    for host, steps in self.samples.items()}
         scores = score_hosts(samples, self.start_step(), self.settings)
         beats = tuple(self.beats[h] for h in sorted(self.beats, key=host_order))
-        return HostsView(scores, beats, describe_stragglers(scores), self.unreadable)
+        return HostsView(scores, beats, describe_stragglers(scores), self.unreadable,
+                         self._step_timeout_s())
+
+    def _step_timeout_s(self) -> float | None:
+        """Learned from every host's steady steps (warm-up and checkpoint steps left out)."""
+        start = self.start_step() + self.settings.warmup_steps
+        steady = [[s.total_s for step, s in sorted(steps.items())
+                   if step > start and not s.checkpoint and s.total_s is not None]
+                  for steps in self.samples.values()]
+        if not any(len(host) >= LEARN_STEPS for host in steady):
+            return None
+        longest = max(t for host in steady for t in host)
+        return max(FLOOR_S[HostPhase.STEP], LONGEST_SEEN_FACTOR * longest)

@@ -297,23 +297,21 @@ def trainer_endpoints(pods: list[dict[str, Any]], attempt: int
                       ) -> Iterator[tuple[str, str, int]]:
     """(host, pod IP, port) of every trainer process of the attempt's running pods, the host
     named as the host reports name it (slice-S/host-H, /container-C where a host runs several)."""
-    by_pod = {}
-    for pod in pods:
-        by_pod[(pod.get("metadata") or {}).get("name", "")] = pod
+    by_name = {(pod.get("metadata") or {}).get("name", ""): pod for pod in pods}
     for pod_name, container in trainer_containers(pods, attempt):
-        pod = by_pod[pod_name]
-        meta, status = pod.get("metadata") or {}, pod.get("status") or {}
+        pod = by_name[pod_name]
+        meta = pod["metadata"]
         labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
         index = annotations.get(names.JOB_COMPLETION_INDEX_ANNOTATION,
                                 labels.get(names.JOB_COMPLETION_INDEX_ANNOTATION, 0))
         host = f"slice-{labels.get(names.JOBSET_LABEL_JOB_INDEX, 0)}/host-{index}"
-        spec = [c for c in (pod.get("spec") or {}).get("containers") or []
-                if c.get("name") == container][0]
-        trainers = [c for c in (pod.get("spec") or {}).get("containers") or []
+        trainers = [c for c in pod["spec"]["containers"]
                     if str(c.get("name", "")).startswith(names.TRAINER_CONTAINER)]
+        spec = next(c for c in trainers if c["name"] == container)
         if len(trainers) > 1:
-            host += f"/container-{trainers.index(spec)}"
+            host = f"{host}/container-{trainers.index(spec)}"
         port = next((int(p["containerPort"]) for p in spec.get("ports") or []
                      if str(p.get("name", "")).startswith("metrics")), None)
-        if status.get("podIP") and port is not None:
-            yield host, status["podIP"], port
+        ip = (pod.get("status") or {}).get("podIP")
+        if ip and port is not None:
+            yield host, ip, port

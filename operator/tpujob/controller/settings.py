@@ -32,7 +32,7 @@ class OperatorSettings:
     # How often every trainer container's log is read for its host reports (slow hosts,
     # docs/operator.md#slow-hosts); 0: never.
     host_report_interval_s: float = 30.0
-    stacks_timeout_s: float = 5.0            # how long a process has to answer for its stacks
+    stacks_timeout_s: float = 10.0           # how long a process has to answer for its stacks
     # Watches end and restart on this schedule, so a silently dead connection is noticed
     # (otherwise handlers can stop firing with no error at all).
     watch_server_timeout_s: int = 300

@@ -14,7 +14,14 @@ from enum import StrEnum
 
 from tpujob.api.recovery import StallAction
 from tpujob.api.spec import TpuTrainingJobSpec
-from tpujob.controller.hangs import attribute_stall, judge_restart_budget
+from tpujob.controller.hangs import (
+    DEFAULT_TIMEOUT_S,
+    HangVerdict,
+    HostPhase,
+    attribute_stall,
+    judge_hang,
+    judge_restart_budget,
+)
 from tpujob.controller.host_watch import HostsView
 
 NO_CHECKPOINT = -1   # in status.restartCheckpoints: no checkpoint yet at that restart
@@ -34,20 +41,40 @@ class StallJudgement:
     checkpoints: tuple[int, ...]        # status.restartCheckpoints after this decision
 
 
-def judge_stall(spec: TpuTrainingJobSpec, *, deadline: datetime, now: datetime,
+def hang_before_the_deadline(hosts: HostsView | None, now: datetime) -> HangVerdict | None:
+    """A hang found from the hosts' own history, before the stall timeout: every host in its
+    steady steps, and none moved (or one silent) for longer than 5x the longest step this
+    attempt has seen (120 s at least: `HostsView.step_timeout_s`), once it has seen enough
+    steps to know. None otherwise."""
+    if hosts is None or not hosts.beats or hosts.step_timeout_s is None or \
+            any(b.phase is not HostPhase.STEP for b in hosts.beats):
+        return None
+    verdict = judge_hang(hosts.beats, now, {**DEFAULT_TIMEOUT_S,
+                                            HostPhase.STEP: hosts.step_timeout_s})
+    return verdict if verdict.hung else None
+
+
+def judge_stall(spec: TpuTrainingJobSpec, *, deadline: datetime | None, now: datetime,
                 step: int | None, checkpoint_step: int | None, restarts: int,
-                checkpoints: tuple[int, ...], hosts: HostsView | None) -> StallJudgement:
-    """`step`, `checkpoint_step`: the last step and checkpoint the status has; `restarts`: the
-    job's restarts so far; `checkpoints`: the newest checkpoint step at each earlier stall
-    restart (NO_CHECKPOINT for none)."""
-    message = (f"no training step completed since {deadline:%Y-%m-%dT%H:%M:%SZ} "
-               f"(last step {step if step is not None else 'none'}; "
-               f"stallTimeoutSeconds {spec.stall_timeout_seconds}, firstStepTimeoutSeconds "
-               f"{spec.first_step_timeout_seconds})")
+                checkpoints: tuple[int, ...], hosts: HostsView | None,
+                hang: HangVerdict | None = None) -> StallJudgement:
+    """`deadline`: the stall deadline that passed, or None when `hang` (a hang found before
+    it) is the cause; `step`, `checkpoint_step`: the last step and checkpoint the status has;
+    `restarts`: the job's restarts so far; `checkpoints`: the newest checkpoint step at each
+    earlier stall restart (NO_CHECKPOINT for none)."""
     behind: tuple[str, ...] = ()
-    if hosts is not None and hosts.beats:
-        behind, where = attribute_stall(hosts.beats, now)
-        message += f"; {where}"
+    if deadline is None and hang is not None:
+        message = (f"{hang.message} (5x the longest step seen, 120 s at least; before "
+                   f"stallTimeoutSeconds {spec.stall_timeout_seconds})")
+        behind = hang.behind
+    else:
+        message = (f"no training step completed since {deadline:%Y-%m-%dT%H:%M:%SZ} "
+                   f"(last step {step if step is not None else 'none'}; "
+                   f"stallTimeoutSeconds {spec.stall_timeout_seconds}, "
+                   f"firstStepTimeoutSeconds {spec.first_step_timeout_seconds})")
+        if hosts is not None and hosts.beats:
+            behind, where = attribute_stall(hosts.beats, now)
+            message += f"; {where}"
     action = spec.restart_policy.on_stall
     if action == StallAction.IGNORE:
         return StallJudgement(StallOutcome.IGNORE, message, behind, checkpoints)

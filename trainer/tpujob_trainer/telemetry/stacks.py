@@ -7,7 +7,7 @@ operator says so.
 The text goes three ways: back in the answer, to this process's stderr between two marker lines
 (so `kubectl logs --previous` has it after the restart), and, where the run has an output, to
 `<output>/stacks/<label>/<host>.txt` (the label names the restart: several hosts' stacks of one
-hang sit side by side).
+hang sit side by side), written after the answer goes out (a failed write is said on stderr).
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ class StackDumper:
         self._err = err
         self._clock = clock
         self._format = format_
+        self.saving: threading.Thread | None = None   # the last save, while it runs
 
     def path(self, label: str) -> str | None:
         if self.output is None:
@@ -66,14 +67,22 @@ class StackDumper:
         err = sys.stderr if self._err is None else self._err
         err.write(f"{BEGIN.format(label or 'on request')}\n{text}{END}\n")
         err.flush()
-        answer: dict[str, Any] = {"host": self.host, "time": round(self._clock(), 3),
-                                  "stacks": text, "saved": None}
         where = self.path(label) if label else None
+        answer: dict[str, Any] = {"host": self.host, "time": round(self._clock(), 3),
+                                  "stacks": text, "saved": where}
         if where is not None:
-            try:
-                with fsspec.open(where, "w") as f:
-                    f.write(text)
-                answer["saved"] = where
-            except Exception as e:  # noqa: BLE001 - the answer still carries the stacks
-                answer["save_error"] = f"{type(e).__name__}: {e}"[:500]
+            # Written after the answer, from a thread of its own: a first write to gs:// can
+            # take seconds, and the operator waits for every process's answer.
+            self.saving = threading.Thread(target=self._save, args=(where, text, err),
+                                           name="tpujob-stacks-save", daemon=True)
+            self.saving.start()
         return answer
+
+    def _save(self, where: str, text: str, err: TextIO) -> None:
+        try:
+            with fsspec.open(where, "w") as f:
+                f.write(text)
+        except Exception as e:  # noqa: BLE001 - the log has the stacks either way
+            line = f"tpujob: the stacks were not saved to {where}: {type(e).__name__}: {e}"
+            err.write(line[:599] + "\n")
+            err.flush()
