@@ -166,7 +166,16 @@ def test_failure_reason(failure, restarts, reason):
         ((failure.pod, failure.container) if failure else (None, None))
     assert d.status.failure.message.endswith(failure.message if failure else "jobset failed")
     assert (cond(d, "Failed").status, cond(d, "Failed").reason) == ("True", reason.value)
+    assert d.status.reason == reason.value   # the REASON column, written in the same pass
     assert d.status.completion_time == T0
+
+
+def test_a_job_running_again_after_a_failure_record_has_no_reason():
+    from tpujob.api.status import Failure
+    prev = status(Phase.RESTARTING, restarts=1, jobset_restarts=1,
+                  failure=Failure(reason=FailureReason.PREEMPTED, message="spot"))
+    d = decide(prev, obs(js(ready_jobs=1, restarts=1)))
+    assert d.status.phase == Phase.RUNNING and d.status.reason is None
 
 
 def running_status(since: datetime, progress: Progress | None = None) -> TpuTrainingJobStatus:
@@ -271,6 +280,17 @@ def test_the_slow_host_is_decided_while_running_and_dropped_on_a_restart():
     assert again.status.hosts is None
     assert (cond(again, "SlowHost").status, cond(again, "SlowHost").reason) == (
         "False", "Restarted")
+
+
+def test_the_checkpoints_of_the_last_64_stall_restarts_are_kept():
+    progress = Progress(step=700, last_step_time=T0 + timedelta(seconds=100),
+                        last_checkpoint_step=640)
+    prev = running_status(T0, progress).model_copy(
+        update={"restart_checkpoints": list(range(0, 640, 10))})    # 64, each newer
+    d = decide(prev, obs(js(ready_jobs=1), spec={"restartPolicy": {"maxRestarts": 100}},
+                         now=T0 + timedelta(seconds=701)))
+    assert d.actions == [Action.COLLECT_STACKS, Action.RESTART]
+    assert d.status.restart_checkpoints == list(range(10, 640, 10)) + [640]
 
 
 def test_stall_restarts_stop_at_the_restart_limit():

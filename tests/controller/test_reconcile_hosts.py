@@ -54,16 +54,23 @@ class Clock:
         return self.now
 
 
-def test_every_hosts_log_is_read_and_the_slow_one_named(c, kube, tmp_path):
+def two_hosts_one_slow(c, kube, tmp_path, name: str):
+    """A running job of 2 hosts whose logs say host 1 is busy 0.25 s a step, host 0 0.05 s:
+    (reconciler, its clock, the log files, the job, its JobSet, the two pods' names)."""
     logs = LogFiles(tmp_path)
     c.server.set_pod_logs(logs)
     r = Reconciler(kube, HOSTS_ON)
     clock = Clock(r.clock)
     r.clock = clock
-    job, jobset = started(c, r, "slow")
-    pods = [add_pod(c, "slow", index=i)["metadata"]["name"] for i in range(2)]
+    job, jobset = started(c, r, name)
+    pods = [add_pod(c, name, index=i)["metadata"]["name"] for i in range(2)]
     logs.write(pods[0], report_lines(0, 0.05))
     logs.write(pods[1], report_lines(1, 0.25))
+    return r, clock, logs, job, jobset, pods
+
+
+def test_every_hosts_log_is_read_and_the_slow_one_named(c, kube, tmp_path):
+    r, _, _, job, jobset, _ = two_hosts_one_slow(c, kube, tmp_path, "slow")
     before = mark(c)
     job = r.reconcile(job, jobset).job
     hosts = job["status"]["hosts"]
@@ -86,15 +93,7 @@ def test_every_hosts_log_is_read_and_the_slow_one_named(c, kube, tmp_path):
 
 
 def test_host_1_recovers_and_a_new_attempt_is_scored_afresh(c, kube, tmp_path):
-    logs = LogFiles(tmp_path)
-    c.server.set_pod_logs(logs)
-    r = Reconciler(kube, HOSTS_ON)
-    clock = Clock(r.clock)
-    r.clock = clock
-    job, jobset = started(c, r, "heal")
-    pods = [add_pod(c, "heal", index=i)["metadata"]["name"] for i in range(2)]
-    logs.write(pods[0], report_lines(0, 0.05))
-    logs.write(pods[1], report_lines(1, 0.25))
+    r, clock, logs, job, jobset, pods = two_hosts_one_slow(c, kube, tmp_path, "heal")
     job = r.reconcile(job, jobset).job
     assert job["status"]["hosts"]["slowHost"] == "slice-0/host-1"
     # 40 more steps at the same speed as host 0: its current window is healthy again.
