@@ -494,8 +494,9 @@ SAMPLE: list[tuple[str, str, str, list[str]]] = [
      "TERMINATION_GRACE_SECONDS = 120  # time to finish an async checkpoint after SIGTERM",
      "120 -> 121", ["tests/builders/test_builder_pins.py::"
                     "test_the_grace_period_leaves_two_minutes_for_the_last_checkpoint"]),
-    ("operator/tpujob/controller/decide.py", "if deadline is None or obs.now <= deadline:",
-     "<= -> <", ["tests/controller/test_decide_status.py::"
+    ("operator/tpujob/controller/decide.py",
+     "passed = deadline is not None and obs.now > deadline",
+     "> -> >=", ["tests/controller/test_decide_status.py::"
                  "test_no_step_for_exactly_the_allowance_is_not_yet_a_stall"]),
     ("operator/tpujob/controller/observe.py", 'if self.k8s_reason == "OOMKilled":', "== -> !=",
      ["tests/controller/test_observe.py::test_classify"]),

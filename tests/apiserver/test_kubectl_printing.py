@@ -305,7 +305,7 @@ def test_get_tpujobs_prints_readable_progress_and_the_reason(kube: Kube, kubectl
     assert rows[cpu][1:9] == ["v6e-8", "Running", "7", "2.5", "100", "-", "0", "4.2%"]
     assert rows[bad][1:5] == ["v6e-8", "Invalid", "0", "InvalidSlice"]
     wide = kubectl("get", "tpujobs", "-o", "wide", running).splitlines()
-    assert wide[0].split()[-2:] == ["SLICES", "TFLOP/S/DEV"]
+    assert wide[0].split()[-4:] == ["SLICES", "TFLOP/S/DEV", "SLOW", "HOST"]
     assert wide[1].split()[-2:] == ["1", "0.0100"]
     # describe: the goodput figures rounded, the instant accounted up to a time, no Unix seconds
     # in e-notation.
