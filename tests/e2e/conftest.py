@@ -25,6 +25,9 @@ from tpujob.local.session.cluster import LOCAL_OPERATOR
 
 ROOT = Path(__file__).resolve().parents[2]
 TERMINAL = ("Succeeded", "Failed", "Invalid")
+# status.recoveries' parts, in order (each `<part>Seconds`).
+RECOVERY_PARTS = ("detect", "schedule", "start", "init", "prepare", "restore", "compile",
+                  "firstStep")
 
 # Fast reactions: progress read often, short grace periods and back-offs.
 E2E_OPERATOR = OperatorSettings(**(LOCAL_OPERATOR.__dict__ | dict(

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.conftest import TINY, unique
+from tests.e2e.conftest import RECOVERY_PARTS, TINY, unique
 from tests.support.apiserver import wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
@@ -68,6 +68,12 @@ def test_a_stopped_host_is_named_stacks_are_taken_and_the_job_resumes(local, gcs
     assert final["restarts"] == 1 and final["stallRestarts"] == 1
     assert final["restartCheckpoints"][0] >= 20
     assert final["hosts"]["behind"] == ["slice-0/host-1"]
+    # Its recovery, from the last step before the hang to the first step after the restart.
+    [recovery] = final["recoveries"]
+    assert recovery["cause"].startswith("stalled: "), recovery
+    parts = [recovery.get(f"{p}Seconds") for p in RECOVERY_PARTS]
+    assert None not in parts and recovery["detectSeconds"] > 0, recovery
+    assert sum(parts) == pytest.approx(recovery["totalSeconds"], abs=0.01), recovery
     wait_for(lambda: not local.processes(name), timeout=30, interval=0.1,
              message="no process of the job left")
 
@@ -85,6 +91,11 @@ def test_a_hang_in_a_program_of_ones_own_is_found_and_its_host_named(local, tmp_
     events = {e["reason"]: e["message"] for e in local.events(name)}
     assert ("behind: slice-0/host-1 at step 24, busy in its own work while the others wait "
             "for the step's result") in events["Stalled"], events["Stalled"]
+    # Without the trainer's timeline, the recovery has the pods' parts and the total to the
+    # first step the operator read.
+    [recovery] = final["recoveries"]
+    assert recovery["totalSeconds"] > 0 and recovery["startSeconds"] is not None, recovery
+    assert recovery.get("initSeconds") is None and "compileCache" not in recovery, recovery
     # It serves no stacks: the Event says so for every process.
     assert events["HangStacks"].startswith("stacks of 0 of 2 processes"), events["HangStacks"]
     assert "No stacks from slice-0/host-0: unreachable" in events["HangStacks"]

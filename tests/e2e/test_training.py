@@ -14,7 +14,7 @@ import time
 
 import pytest
 
-from tests.e2e.conftest import TINY, json_lines, resumed_steps, steps, unique
+from tests.e2e.conftest import RECOVERY_PARTS, TINY, json_lines, resumed_steps, steps, unique
 from tests.support.apiserver import wait_for
 from tpujob_trainer.checkpoint import StepDirs
 
@@ -116,6 +116,19 @@ def test_a_killed_host_is_restarted_and_resumes_from_its_checkpoint(local, refer
     assert goodput["lostSteps"] == max(before) - resume_from, goodput
     assert goodput["badput"]["wastedProgressFromDisruption"] > 0
     assert goodput["badput"]["unproductiveCheckpointRestoreTime"] > 0
+
+    # The recovery broken down: every part measured, one after the other from the kill to the
+    # first step of the second start, so they add up to the total (docs/goodput.md).
+    [recovery] = status["recoveries"]
+    parts = [recovery.get(f"{p}Seconds") for p in RECOVERY_PARTS]
+    assert None not in parts, recovery
+    assert recovery["restart"] == 1 and recovery["cause"], recovery
+    assert recovery["resumedFromStep"] == resume_from
+    assert recovery["compileCache"] in ("miss", "hit", "executable")
+    assert sum(parts) == pytest.approx(recovery["totalSeconds"], abs=0.01), recovery
+    assert recovery["totalSeconds"] < time.monotonic() - killed_at
+    [recovered] = [e for e in local.events(name) if e["reason"] == "Recovered"]
+    assert recovered["message"].startswith("restart 1: training again ")
 
 
 def test_with_local_checkpoints_a_killed_host_resumes_from_the_newest_local_step(

@@ -5,6 +5,8 @@ another config, or a damaged entry, compiles again; with the cache off, nothing 
 
 from __future__ import annotations
 
+import json
+
 import fsspec
 import pytest
 
@@ -35,6 +37,7 @@ def test_a_restart_loads_its_programs_from_the_cache_on_gcs(tmp_path, gcs):
     fs.invalidate_cache()
     assert any("jit_train_step" in p for p in fs.ls(root, detail=False))
     assert len(fs.ls(f"{root}/executables", detail=False)) == 1
+    assert start_records(out) == ["miss", "executable"]
 
 
 def test_without_the_executable_cache_jax_s_cache_serves_every_program(tmp_path):
@@ -44,6 +47,16 @@ def test_without_the_executable_cache_jax_s_cache_serves_every_program(tmp_path)
     assert (first["executable"], second["executable"]) == ("compiled", "compiled")
     assert second["compile_cache"] == {"hits": first["compile_cache"]["misses"], "misses": 0}
     assert not (tmp_path / "out" / "compile-cache" / "executables").exists()
+    # What each start's timeline says of it (a restart's recovery in status.recoveries).
+    assert start_records(tmp_path / "out") == ["miss", "hit"]
+
+
+def start_records(output) -> list[str]:
+    """compile_cache of each start's exit record, oldest first."""
+    fs, root = fsspec.core.url_to_fs(f"{output}/goodput")
+    fs.invalidate_cache()
+    folders = sorted(fs.ls(root, detail=False), key=lambda p: int(p.rstrip("/").rsplit("/")[-1], 16))
+    return [json.loads(fs.cat_file(f"{f}/process-0.json"))["compile_cache"] for f in folders]
 
 
 def test_another_config_or_a_damaged_entry_compiles_the_step_again(tmp_path):

@@ -71,6 +71,37 @@ def test_steps_resume_point_and_end_are_in_the_document():
 
 
 @pytest.mark.unit
+def test_the_first_step_of_a_start_is_timed_once():
+    """What a restart's recovery ends with: the first step's own time (less a data wait) and
+    when it ended; later steps leave both as they were."""
+    clock = FakeClock()
+    timeline = Timeline(started_at=clock.now, clock=clock)
+    assert (timeline.document()["first_step_s"], timeline.document()["first_step_at"]) == \
+        (None, None)
+    clock.now += 5
+    timeline.charge_until_now("program_startup")
+    clock.now += 0.5
+    timeline.charge("data_loading", 0.5)
+    clock.now += 2.0
+    timeline.step_done(1, 2.5)
+    clock.now += 1.0
+    timeline.step_done(2, 1.0)
+    doc = timeline.document()
+    assert (doc["first_step_s"], doc["first_step_at"]) == (2.0, 1007.5)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("how, jax_hit, outcome", [
+    ("loaded", False, "executable"), ("loaded", True, "executable"),
+    ("compiled", True, "hit"), ("compiled", False, "miss"),
+])
+def test_compile_outcome(how, jax_hit, outcome):
+    from tpujob_trainer.contract import COMPILE_CACHE_OUTCOMES
+    from tpujob_trainer.telemetry.timeline import compile_outcome
+    assert compile_outcome(how, jax_hit) == outcome and outcome in COMPILE_CACHE_OUTCOMES
+
+
+@pytest.mark.unit
 @pytest.mark.parametrize("times, median, worst_pct", [
     ([], None, None),
     ([2.0], 2.0, 0.0),
@@ -136,3 +167,43 @@ def test_a_second_start_serves_the_first_starts_record_as_previous(tmp_path):
     assert record["seconds"]["checkpoint_restore"] > 0
     assert record["previous"]["attempt"] == mine["attempt"]
     assert record["previous"]["step"] == 20 and record["previous"]["end"] == "Completed"
+
+
+@pytest.mark.unit
+def test_a_process_knows_when_it_started():
+    """What a restart's init part counts from: the process's start from /proc, not the
+    timeline's creation (imports come before it)."""
+    import subprocess
+    import sys
+    code = ("import time; time.sleep(1.0); "
+            "from tpujob_trainer.telemetry.timeline import process_start_time; "
+            "print(time.time() - process_start_time())")
+    age = float(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                               check=True).stdout)
+    assert 1.0 <= age < 30.0, age
+
+
+@pytest.mark.unit
+def test_a_timeline_is_named_by_its_start_and_waits_are_taken_out_of_the_next_phase():
+    clock = FakeClock()
+    timeline = Timeline(started_at=1.5, clock=clock)
+    assert (timeline.attempt, timeline.process_index) == ("5dc", 0)
+    clock.now += 2.0
+    timeline.charge("data_loading", 0.5)
+    timeline.charge_until_now("training_prep")
+    # 998.5 s from the start to now, less the 0.5 s wait charged in between.
+    assert timeline.seconds["training_prep"] == pytest.approx(1000.0 + 2.0 - 1.5 - 0.5)
+    timeline.charge("checkpoint_save", 0.12345)
+    assert timeline.compact()["seconds"]["checkpoint_save"] == 0.123
+
+
+@pytest.mark.unit
+def test_only_earlier_attempts_named_in_hexadecimal_are_read(tmp_path):
+    for name in ("a", "f", "zz-not-an-attempt", "10"):
+        folder = tmp_path / "goodput" / name
+        folder.mkdir(parents=True)
+        (folder / "process-0.json").write_text(json.dumps(
+            {"attempt": name, "process_index": 0, "step": int(name, 16) if name != "zz-not-an-attempt" else 99}))
+    assert read_previous(str(tmp_path), "10")["step"] == 15
+    assert read_previous(str(tmp_path), "b")["step"] == 10
+    assert read_previous(str(tmp_path), "a") is None

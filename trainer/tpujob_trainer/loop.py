@@ -41,7 +41,7 @@ from tpujob_trainer.telemetry.memory import memory_snapshot
 from tpujob_trainer.telemetry.peak import peak_tflops_per_device
 from tpujob_trainer.telemetry.server import Progress, ProgressServer
 from tpujob_trainer.telemetry.stacks import StackDumper
-from tpujob_trainer.telemetry.timeline import Timeline, read_previous
+from tpujob_trainer.telemetry.timeline import Timeline, compile_outcome, read_previous
 from tpujob_trainer.telemetry.wandb_run import WandbRun
 
 if TYPE_CHECKING:
@@ -305,7 +305,7 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
             progress.update(phase="compiling", step=step)
             if reporter is not None:
                 reporter.phase(HostPhase.COMPILE, step)
-            t0 = time.perf_counter()
+            t0, hits_before = time.perf_counter(), compile_cache.counts()["hits"]
             compile_fn = lambda: fns.step.lower(fns.abstract_state, abstract_batch).compile()  # noqa: E731
             if cache_dir is not None and cfg.compile_cache.executables:
                 compiled, how = ExecutableCache(cache_dir).load_or_compile(
@@ -314,6 +314,8 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
             else:
                 compiled, how = compile_fn(), "compiled"
             compile_s = time.perf_counter() - t0
+            timeline.compile_cache = compile_outcome(
+                how, compile_cache.counts()["hits"] > hits_before)
             timeline.charge_until_now("program_startup")
             memory("after_compile", compile_s=round(compile_s, 3))
             log.emit("compiled", compile_s=compile_s, startup_s=time.perf_counter() - t_start,

@@ -301,6 +301,38 @@ class Goodput(ApiModel):
                           "from).")
 
 
+class RecoveryStatus(ApiModel):
+    """One restart, from the failure to the new attempt's first step, in parts that follow one
+    another (docs/goodput.md, "Recovery"); a part is null until known, or where it cannot be
+    measured (a trainer without its timeline has no init to first step parts)."""
+
+    restart: int = Field(..., ge=1, description="Which restart (status.restarts after it).")
+    cause: str = Field("", max_length=1024, description="What ended the attempt before.")
+    failed_at: MicroTimestamp = Field(..., description="When it ended: the first failed "
+                                      "container's exit, or the last step before a stall.")
+    detect_seconds: float | None = Field(None, ge=0, description="The failure to the new "
+                                         "attempt's first pod: seen, old pods torn down.")
+    schedule_seconds: float | None = Field(None, ge=0, description="First new pod to the last "
+                                           "one placed on a node.")
+    start_seconds: float | None = Field(None, ge=0, description="Last pod placed to the last "
+                                        "trainer container running (image pull, start).")
+    init_seconds: float | None = Field(None, ge=0, description="Then to JAX distributed init "
+                                       "done on process 0 (imports, every process joining).")
+    prepare_seconds: float | None = Field(None, ge=0, description="Mesh, model, optimizer, "
+                                          "data source.")
+    restore_seconds: float | None = Field(None, ge=0, description="Reading the checkpoint.")
+    compile_seconds: float | None = Field(None, ge=0, description="Getting the step program.")
+    compile_cache: str | None = Field(None, max_length=16, description="miss (XLA compiled "
+                                      "it), hit (JAX's compilation cache) or executable (the "
+                                      "whole compiled step from the job's cache).")
+    first_step_seconds: float | None = Field(None, ge=0, description="The first batch and "
+                                             "step.")
+    total_seconds: float | None = Field(None, ge=0, description="The failure to the first "
+                                        "step of the new attempt; set once it is done.")
+    resumed_from_step: int | None = Field(None, ge=0, description="Step the new attempt "
+                                          "resumed from.")
+
+
 class Failure(ApiModel):
     """Why the job failed (or was refused)."""
 
@@ -383,6 +415,9 @@ class TpuTrainingJobStatus(ApiModel):
                                                       "together.")
     hosts: HostsStatus | None = Field(None, description="Per-host straggler scores of the "
                                       "current attempt, from every process's host reports.")
+    recoveries: list[RecoveryStatus] | None = Field(
+        None, max_length=16, description="The newest restarts' recoveries, oldest first: "
+        "where the time from each failure to the next first step went.")
     start_time: Timestamp | None = Field(None, description="When the trainer first started.")
     completion_time: Timestamp | None = Field(None, description="When the job finished.")
 
@@ -412,6 +447,6 @@ def find_condition(conditions: list[Condition], type_: str) -> Condition | None:
 
 __all__ = [
     "AdmissionCheckStatus", "Badput", "Condition", "ConditionStatus", "ConditionType", "Failure", "FailureReason",
-    "Goodput", "GoodputAttempt", "HostScoreStatus", "HostsStatus", "Phase", "Progress", "ProgressDisplay", "QueueStatus", "SliceStatus",
+    "Goodput", "GoodputAttempt", "HostScoreStatus", "HostsStatus", "Phase", "Progress", "ProgressDisplay", "QueueStatus", "RecoveryStatus", "SliceStatus",
     "TpuTrainingJobStatus", "TrainerSeconds", "build_conditions", "display_of", "find_condition",
 ]

@@ -47,6 +47,7 @@ from tpujob.controller.queueing import (
     queue_events,
     unscheduled_sentence,
 )
+from tpujob.controller.recovery import AttemptStart, track
 from tpujob.controller.stall import StallOutcome, hang_before_the_deadline, judge_stall
 from tpujob.controller.trainer_reports import ProgressReading, TimelineReading
 from tpujob.validation import Verdict
@@ -93,6 +94,7 @@ class Observation:
     workload: WorkloadReading | None = None   # the JobSet's Kueue Workload, when read
     unscheduled: Unscheduled | None = None    # pods the scheduler has not placed, when read
     hosts: HostsView | None = None            # every host's reports, when read this pass
+    attempt_start: AttemptStart | None = None  # the pods of a restart's new attempt, when read
 
 
 @dataclass(frozen=True)
@@ -239,10 +241,16 @@ def decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:
             f"the restart lost {lost} step{'s' if lost > 1 else ''} ({wasted:.1f} s of "
             f"training) computed after the checkpoint at step {resumed}; goodput "
             f"{display_of_percent(prev.goodput.percent)} -> {goodput.display}")))
+    recoveries, recovered = track(
+        prev, new, failure=obs.failure, now=obs.now, start=obs.attempt_start, timeline=reading,
+        serves_timeline=goodput is not None and goodput.current is not None)
+    if recovered is not None:
+        events.append(Event("Normal", "Recovered", recovered))
     if new.phase in (Phase.SUCCEEDED, Phase.FAILED) and goodput is not None:
         # Before the phase's own Event: the job's last word stays its phase.
         events.insert(0, Event("Normal", "Goodput", summary(goodput)))
-    return Decision(new.model_copy(update={"goodput": goodput}), events, decision.actions)
+    return Decision(new.model_copy(update={"goodput": goodput, "recoveries": recoveries}),
+                    events, decision.actions)
 
 
 def _decide(prev: TpuTrainingJobStatus, obs: Observation) -> Decision:

@@ -49,7 +49,7 @@ _RANK = {FailureReason.ERROR: 1, FailureReason.PREEMPTED: 2}
 SIGNAL_BASE = SIGNAL_EXIT_BASE
 
 
-def _conditions(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
+def conditions_by_type(obj: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
 
 
@@ -91,7 +91,7 @@ class JobSetState:
         meta = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         status = obj.get("status") or {}
-        conds = _conditions(obj)
+        conds = conditions_by_type(obj)
         owner = next((r.get("uid") for r in meta.get("ownerReferences") or []
                       if r.get("controller")), None)
         replicas = sum(int(r.get("replicas", 1)) for r in spec.get("replicatedJobs") or [])
@@ -114,7 +114,7 @@ class JobSetState:
                    jobs=replicas, queue_name=(meta.get("labels") or {}).get(
                        names.KUEUE_QUEUE_LABEL),
                    priority_class=(meta.get("labels") or {}).get(names.KUEUE_PRIORITY_LABEL),
-                   created=_timestamp(meta.get("creationTimestamp")),
+                   created=parse_time(meta.get("creationTimestamp")),
                    deleting=bool(meta.get("deletionTimestamp")))
 
 
@@ -129,6 +129,7 @@ class ContainerExit:
     message: str = ""
     disrupted: bool = False
     restart_attempt: int = 0
+    finished_at: datetime | None = None
 
     @property
     def trainer_reason(self) -> str | None:
@@ -170,7 +171,7 @@ def read_container_exits(pods: list[dict[str, Any]]) -> list[ContainerExit]:
     for pod in pods:
         meta = pod.get("metadata") or {}
         status = pod.get("status") or {}
-        disrupted = _is_true(_conditions(pod).get("DisruptionTarget"))
+        disrupted = _is_true(conditions_by_type(pod).get("DisruptionTarget"))
         attempt = int((meta.get("labels") or {}).get(JOBSET_LABEL_RESTART_ATTEMPT, 0) or 0)
         for cs in status.get("containerStatuses") or []:
             state = cs.get("state") or {}
@@ -181,7 +182,7 @@ def read_container_exits(pods: list[dict[str, Any]]) -> list[ContainerExit]:
                     pod=meta.get("name", ""), container=cs.get("name", ""),
                     exit_code=int(term["exitCode"]), k8s_reason=term.get("reason") or "",
                     message=term.get("message") or "", disrupted=disrupted,
-                    restart_attempt=attempt))
+                    restart_attempt=attempt, finished_at=parse_time(term.get("finishedAt"))))
             elif waiting and waiting.get("reason") in STUCK_WAITING:
                 exits.append(ContainerExit(
                     pod=meta.get("name", ""), container=cs.get("name", ""), exit_code=None,
@@ -198,6 +199,7 @@ class FailureCause(NamedTuple):
     message: str
     pod: str | None = None
     container: str | None = None
+    at: datetime | None = None   # the first of those containers' exits
 
 
 def explain_failure(exits: list[ContainerExit]) -> FailureCause | None:
@@ -210,7 +212,9 @@ def explain_failure(exits: list[ContainerExit]) -> FailureCause | None:
     candidates = [(e.classify(), e) for e in exits if e.restart_attempt == newest]
     candidates.sort(key=lambda c: 0 if c[1].disrupted else _RANK.get(c[0][0], 0))
     (reason, message), container = candidates[0]
-    return FailureCause(reason, message, container.pod or None, container.container or None)
+    ends = [e.finished_at for _, e in candidates if e.finished_at is not None]
+    return FailureCause(reason, message, container.pod or None, container.container or None,
+                        min(ends) if ends else None)
 
 
 @dataclass(frozen=True)
@@ -231,9 +235,9 @@ def read_unscheduled(pods: list[dict[str, Any]]) -> Unscheduled | None:
             and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed")]
     waiting = []
     for pod in live:
-        cond = _conditions(pod).get("PodScheduled")
+        cond = conditions_by_type(pod).get("PodScheduled")
         if cond is not None and cond.get("status") == "False":
-            created = _timestamp((pod.get("metadata") or {}).get("creationTimestamp"))
+            created = parse_time((pod.get("metadata") or {}).get("creationTimestamp"))
             waiting.append((created, (pod.get("metadata") or {}).get("name", ""),
                             str(cond.get("message") or cond.get("reason") or "")))
     if not waiting:
@@ -243,7 +247,7 @@ def read_unscheduled(pods: list[dict[str, Any]]) -> Unscheduled | None:
     return Unscheduled(len(waiting), len(live), since or datetime.now(UTC), pod, message)
 
 
-def _timestamp(value: Any) -> datetime | None:
+def parse_time(value: Any) -> datetime | None:
     try:
         return datetime.fromisoformat(str(value).replace("Z", "+00:00")) if value else None
     except ValueError:

@@ -43,6 +43,7 @@ from tpujob.controller.observe import (
     trainer_endpoints,
 )
 from tpujob.controller.progress import fetch_progress, fetch_stacks
+from tpujob.controller.recovery import read_attempt_start
 from tpujob.controller.settings import OperatorSettings
 from tpujob.controller.trainer_reports import ProgressReading, read_final_timelines
 from tpujob.validation import Verdict, validate_job
@@ -284,11 +285,20 @@ class Reconciler:
             source = verdict.job.spec.trainer.progress if verdict.valid else None
             progress, problem = self._progress(ns, name, js, source)
             hosts = self._hosts(ns, name, js, prev.stall_restarts)
+        newest = prev.recoveries[-1] if prev.recoveries else None
+        attempt_start = None
+        if newest is not None and newest.total_seconds is None and js.exists \
+                and not js.failed and not js.completed:
+            # A restart's new attempt: how far its pods are, until its first step.
+            attempt_start = read_attempt_start(self._list_pods(ns, name),
+                                               after=newest.failed_at,
+                                               hosts=prev.slice.hosts if prev.slice else 1)
         return Observation(now=self.clock(), generation=int(meta.get("generation", 0)),
                            verdict=verdict, jobset=js, spec_matches=spec_matches,
                            changed_fields=changed, failure=failure, progress=progress,
                            blocked=blocked, progress_problem=problem, finals=finals,
-                           workload=workload, unscheduled=unscheduled, hosts=hosts)
+                           workload=workload, unscheduled=unscheduled, hosts=hosts,
+                           attempt_start=attempt_start)
 
     def _queue_and_placement(self, ns: str, name: str, js: JobSetState,
                              prev: TpuTrainingJobStatus, verdict: Verdict,

@@ -13,7 +13,11 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpujob.api.status import GoodputAttempt, TrainerSeconds
-from tpujob_trainer.contract import GOODPUT_CATEGORIES, NOT_TRAINING_PHASES
+from tpujob_trainer.contract import (
+    COMPILE_CACHE_OUTCOMES,
+    GOODPUT_CATEGORIES,
+    NOT_TRAINING_PHASES,
+)
 
 MAX_ATTEMPT_CHARS = 64
 
@@ -48,6 +52,10 @@ class TimelineReading:
     step_time_median_s: float | None = None
     step_time_max_deviation_pct: float | None = None
     previous: TimelineReading | None = None
+    started_at: float | None = None      # the process's start (Unix seconds)
+    compile_cache: str | None = None     # contract.COMPILE_CACHE_OUTCOMES
+    first_step_s: float | None = None
+    first_step_at: float | None = None
 
     @classmethod
     def from_document(cls, doc: Any) -> TimelineReading | None:
@@ -63,7 +71,12 @@ class TimelineReading:
                    seconds=_seconds(doc.get("seconds")),
                    step_time_median_s=_num(doc.get("step_time_median_s")),
                    step_time_max_deviation_pct=_num(doc.get("step_time_max_deviation_pct")),
-                   previous=cls.from_document(previous) if isinstance(previous, dict) else None)
+                   previous=cls.from_document(previous) if isinstance(previous, dict) else None,
+                   started_at=_num(doc.get("started_at")),
+                   compile_cache=(doc["compile_cache"] if doc.get("compile_cache")
+                                  in COMPILE_CACHE_OUTCOMES else None),
+                   first_step_s=_num(doc.get("first_step_s")),
+                   first_step_at=_num(doc.get("first_step_at")))
 
     def as_attempt(self) -> GoodputAttempt:
         return GoodputAttempt(attempt=self.attempt, resumed_from_step=self.resumed_from_step,

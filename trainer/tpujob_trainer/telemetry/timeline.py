@@ -47,6 +47,15 @@ def process_start_time() -> float:
         return time.time()
 
 
+def compile_outcome(how: str, jax_cache_hit: bool) -> str:
+    """How a start got its step program (contract.COMPILE_CACHE_OUTCOMES): the whole compiled
+    step loaded from the job's executable cache, a hit in JAX's compilation cache, or an XLA
+    compile."""
+    if how == "loaded":
+        return "executable"
+    return "hit" if jax_cache_hit else "miss"
+
+
 def step_time_figures(step_times: list[float]) -> dict[str, float | None]:
     """Median and maximum step time, and the maximum's deviation from the median (percent)."""
     if not step_times:
@@ -78,6 +87,11 @@ class Timeline:
         self.end: str | None = None
         self.ended_at: float | None = None
         self.previous: dict[str, Any] | None = None
+        # How this start got its step program, and its first step: the last parts of a
+        # restart's recovery (docs/goodput.md).
+        self.compile_cache: str | None = None   # COMPILE_CACHE_OUTCOMES
+        self.first_step_s: float | None = None
+        self.first_step_at: float | None = None
 
     def charge_until_now(self, category: str) -> None:
         """The seconds since the last mark go to `category`; the mark moves to now."""
@@ -96,9 +110,12 @@ class Timeline:
         """Step `step` completed now: the time since the last mark, less waits, was productive."""
         with self._lock:
             now = self._clock()
-            self.seconds[PRODUCTIVE] += max(0.0, now - self._mark - self._excluded)
+            took = max(0.0, now - self._mark - self._excluded)
+            self.seconds[PRODUCTIVE] += took
             self._mark, self._excluded = now, 0.0
             first = self.steps == 0
+            if first:
+                self.first_step_s, self.first_step_at = took, now
             self.step, self.steps = step, self.steps + 1
             # The first step of a start carries what is left of warm-up: not a step time.
             if step_time_s is not None and not first and len(self._step_times) < _MAX_STEP_TIMES:
@@ -117,6 +134,8 @@ class Timeline:
                     "resumed_from_step": self.resumed_from_step, "step": self.step,
                     "steps": self.steps, "seconds": dict(self.seconds),
                     **step_time_figures(self._step_times),
+                    "compile_cache": self.compile_cache, "first_step_s": self.first_step_s,
+                    "first_step_at": self.first_step_at,
                     "end": self.end, "ended_at": self.ended_at, "previous": self.previous}
 
     def compact(self) -> dict[str, Any]:
