@@ -132,6 +132,10 @@ def test_read_container_exits_takes_the_newest_attempt_first():
     ([_pod("s1", job_index="1")], None),
     ([_pod("p0", phase="Pending")], None),
     ([_pod("p0", ip="")], None),
+    # The attempt that ended, its pod being deleted (its process may still answer): not it.
+    ([{**_pod("old", ip="10.0.0.1"), "metadata": {
+        **_pod("old")["metadata"], "deletionTimestamp": "2026-11-27T12:00:00Z"}},
+      _pod("new", ip="10.0.0.2")], ("10.0.0.2", 9431)),
 ])
 def test_find_process_zero(pods, expected):
     assert find_process_zero(pods) == expected

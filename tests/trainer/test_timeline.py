@@ -106,6 +106,8 @@ def test_compile_outcome(how, jax_hit, outcome):
     ([], None, None),
     ([2.0], 2.0, 0.0),
     ([1.0, 1.0, 1.5], 1.0, 50.0),
+    ([2.0, 3.0], 2.5, 20.0),
+    ([0.0, 0.0], 0.0, None),   # no median to measure against
 ])
 def test_step_time_figures(times, median, worst_pct):
     fig = step_time_figures(times)

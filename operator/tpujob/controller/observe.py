@@ -264,7 +264,9 @@ def running_process_zero_pods(pods: list[dict[str, Any]]) -> Iterator[dict[str, 
                                 labels.get(names.JOB_COMPLETION_INDEX_ANNOTATION))
         if str(labels.get(names.JOBSET_LABEL_JOB_INDEX, "0")) != "0" or str(index) != "0":
             continue
-        if (pod.get("status") or {}).get("phase") == "Running":
+        # A pod being deleted is an attempt that ended (its process may still step on).
+        if (pod.get("status") or {}).get("phase") == "Running" and \
+                not meta.get("deletionTimestamp"):
             yield pod
 
 

@@ -5,6 +5,7 @@ exists is adopted only when it is the job's own."""
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -43,7 +44,7 @@ from tpujob.controller.observe import (
     trainer_endpoints,
 )
 from tpujob.controller.progress import fetch_progress, fetch_stacks
-from tpujob.controller.recovery import read_attempt_start
+from tpujob.controller.recovery import AttemptStart, after_a_stall, read_attempt_start
 from tpujob.controller.settings import OperatorSettings
 from tpujob.controller.trainer_reports import ProgressReading, read_final_timelines
 from tpujob.validation import Verdict, validate_job
@@ -279,26 +280,36 @@ class Reconciler:
                 failure = explain_failure(read_container_exits(pods))
             finals = read_final_timelines(pods)
         workload, unscheduled = self._queue_and_placement(ns, name, js, prev, verdict, pods)
+        attempt_start = self._attempt_start(ns, name, js, prev)
+        if js.all_ready and after_a_stall(prev.recoveries) and (
+                attempt_start is None or attempt_start.running_at is None):
+            # After the operator's own restart the JobSet still counts the old attempt's pods
+            # (being torn down, their processes may step on): not every host of the new
+            # attempt runs yet.
+            js = dataclasses.replace(js, ready_jobs=0)
         progress, problem, hosts = None, None, None
         if js.exists and js.all_ready and not js.suspended and not js.failed \
                 and not js.completed:
             source = verdict.job.spec.trainer.progress if verdict.valid else None
             progress, problem = self._progress(ns, name, js, source)
             hosts = self._hosts(ns, name, js, prev.stall_restarts)
-        newest = prev.recoveries[-1] if prev.recoveries else None
-        attempt_start = None
-        if newest is not None and newest.total_seconds is None and js.exists \
-                and not js.failed and not js.completed:
-            # A restart's new attempt: how far its pods are, until its first step.
-            attempt_start = read_attempt_start(self._list_pods(ns, name),
-                                               after=newest.failed_at,
-                                               hosts=prev.slice.hosts if prev.slice else 1)
         return Observation(now=self.clock(), generation=int(meta.get("generation", 0)),
                            verdict=verdict, jobset=js, spec_matches=spec_matches,
                            changed_fields=changed, failure=failure, progress=progress,
                            blocked=blocked, progress_problem=problem, finals=finals,
                            workload=workload, unscheduled=unscheduled, hosts=hosts,
                            attempt_start=attempt_start)
+
+    def _attempt_start(self, ns: str, name: str, js: JobSetState, prev: TpuTrainingJobStatus
+                       ) -> AttemptStart | None:
+        """How far a restart's new attempt is (its pods made since the failure), read until
+        the recovery's first step; None otherwise, or while it has no pod yet."""
+        newest = prev.recoveries[-1] if prev.recoveries else None
+        if newest is None or newest.total_seconds is not None or not js.exists \
+                or js.failed or js.completed or js.suspended:
+            return None
+        return read_attempt_start(self._list_pods(ns, name), after=newest.failed_at,
+                                  hosts=prev.slice.hosts if prev.slice else 1)
 
     def _queue_and_placement(self, ns: str, name: str, js: JobSetState,
                              prev: TpuTrainingJobStatus, verdict: Verdict,

@@ -31,6 +31,7 @@ from tpujob.controller.observe import FailureCause, conditions_by_type, parse_ti
 from tpujob.controller.trainer_reports import TimelineReading
 
 RECOVERIES_KEPT = 16
+STALLED = "stalled"   # how a stall restart's cause begins
 # The trainer's parts, in order: (status field, the timeline's category it is).
 TRAINER_PARTS = (("init_seconds", "tpu_initialization"), ("prepare_seconds", "training_prep"),
                  ("restore_seconds", "checkpoint_restore"), ("compile_seconds", "program_startup"))
@@ -171,6 +172,12 @@ def decide_recoveries(prev: list[RecoveryStatus] | None, *, restarts_before: int
     return records[-RECOVERIES_KEPT:], closed
 
 
+def after_a_stall(records: list[RecoveryStatus] | None) -> bool:
+    """The newest restart is the operator's own after a stall, and its first step is not in."""
+    return bool(records) and records[-1].total_seconds is None \
+        and records[-1].cause.startswith(STALLED)
+
+
 def track(prev: TpuTrainingJobStatus, new: TpuTrainingJobStatus, *,
           failure: FailureCause | None, now: datetime, start: AttemptStart | None,
           timeline: TimelineReading | None, serves_timeline: bool
@@ -181,7 +188,7 @@ def track(prev: TpuTrainingJobStatus, new: TpuTrainingJobStatus, *,
     first step is the timeline's, never a step change the operator read)."""
     if new.stall_restarts > prev.stall_restarts:
         stalled = find_condition(new.conditions, ConditionType.STALLED.value)
-        cause = f"stalled: {stalled.message}" if stalled is not None else "stalled"
+        cause = f"{STALLED}: {stalled.message}" if stalled is not None else STALLED
         failed_at = (prev.progress.last_step_time if prev.progress is not None else None) or now
     else:
         cause = failure.message if failure is not None else "the JobSet restarted"
@@ -202,4 +209,4 @@ def track(prev: TpuTrainingJobStatus, new: TpuTrainingJobStatus, *,
 
 
 __all__ = ["RECOVERIES_KEPT", "AttemptStart", "decide_recoveries", "describe", "fill_recovery",
-           "open_recovery", "read_attempt_start", "track"]
+           "after_a_stall", "open_recovery", "read_attempt_start", "track"]
