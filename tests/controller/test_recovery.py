@@ -15,6 +15,7 @@ from tpujob.controller.observe import FailureCause
 from tpujob.controller.recovery import (
     RECOVERIES_KEPT,
     AttemptStart,
+    after_a_stall,
     describe,
     fill_recovery,
     read_attempt_start,
@@ -300,3 +301,17 @@ def test_read_attempt_start(pods, expected):
 def test_a_pod_made_in_the_failures_second_counts():
     assert read_attempt_start([pod("a", 0)], after=at(0.9), hosts=1) == \
         AttemptStart(created_at=at(0))
+
+
+@pytest.mark.parametrize("records, held", [
+    (None, False),
+    ([RecoveryStatus(restart=1, cause="stalled: x", failed_at=T0)], True),
+    ([RecoveryStatus(restart=1, cause="stalled: x", failed_at=T0, total_seconds=3.0)], False),
+    ([RecoveryStatus(restart=1, cause="stalled: x", failed_at=T0),
+      RecoveryStatus(restart=2, cause="pod p exited 1", failed_at=at(9))], False),
+    ([RecoveryStatus(restart=1, cause="pod p exited 1", failed_at=T0, total_seconds=3.0),
+      RecoveryStatus(restart=2, cause="stalled: x", failed_at=at(9))], True),
+])
+def test_only_an_open_stall_restart_holds_the_job_back(records, held):
+    """The newest record decides whether the old attempt's pods are still counted."""
+    assert after_a_stall(records) is held

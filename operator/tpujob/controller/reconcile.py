@@ -54,6 +54,7 @@ PolicyEnsurer = Callable[[str, str], None]   # (policy name, accelerator topolog
 # Phases a job reaches only once its children were created: a JobSet missing then has gone.
 HAD_CHILDREN = {Phase.QUEUED, Phase.STARTING, Phase.RUNNING, Phase.RESTARTING, Phase.SUSPENDED}
 HOST_REPORT_TAIL_LINES = 5000   # per container and read: a report every 10 s, the step lines
+LOG_READERS = 16                # host report reads of one job at once
 
 
 @dataclass(frozen=True)
@@ -195,9 +196,14 @@ class Reconciler:
         elif watch.read_at is not None and (now - watch.read_at).total_seconds() < interval:
             return watch.view()
         since = watch.since_seconds(now)
-        texts = [self.read_log(ns, pod, container, HOST_REPORT_TAIL_LINES, since) or ""
-                 for pod, container in trainer_containers(self._list_pods(ns, name),
-                                                          js.restarts)]
+        containers = list(trainer_containers(self._list_pods(ns, name), js.restarts))
+        if not containers:
+            texts: list[str] = []
+        else:
+            # One read per container, at once: a slice of 64 hosts is 64 reads a pass.
+            with ThreadPoolExecutor(max_workers=min(LOG_READERS, len(containers))) as pool:
+                texts = list(pool.map(lambda pc: self.read_log(
+                    ns, pc[0], pc[1], HOST_REPORT_TAIL_LINES, since) or "", containers))
         watch.merge(read_host_reports("\n".join(texts)), now)
         return watch.view()
 
