@@ -84,7 +84,7 @@ STEP_TIME_FIELDS = ("step_time_median_s", "step_time_max_s", "step_time_max_devi
 # One process start's timeline document (`/progress` `goodput` and the exit record).
 TIMELINE_FIELDS = ("attempt", "process_index", "started_at", "updated_at", "resumed_from_step",
                    "step", "steps", "seconds", *STEP_TIME_FIELDS, "compile_cache",
-                   "first_step_s", "first_step_at", "end", "ended_at", "previous")
+                   "first_step_at", "end", "ended_at", "previous")
 # How a start got its step program: compiled by XLA ("miss"), from JAX's persistent
 # compilation cache ("hit"), or the whole compiled step loaded from the job's executable cache.
 COMPILE_CACHE_OUTCOMES = ("miss", "hit", "executable")

@@ -32,9 +32,9 @@ from tpujob.controller.trainer_reports import TimelineReading
 
 RECOVERIES_KEPT = 16
 STALLED = "stalled"   # how a stall restart's cause begins
-# The trainer's parts, in order: (status field, the timeline's category it is).
-TRAINER_PARTS = (("init_seconds", "tpu_initialization"), ("prepare_seconds", "training_prep"),
-                 ("restore_seconds", "checkpoint_restore"), ("compile_seconds", "program_startup"))
+# The trainer's parts after its init, in order: (status field, the timeline's category it is).
+TRAINER_PARTS = (("prepare_seconds", "training_prep"), ("restore_seconds", "checkpoint_restore"),
+                 ("compile_seconds", "program_startup"))
 PART_WORDS = (("detect_seconds", "detect"), ("schedule_seconds", "schedule"),
               ("start_seconds", "start"), ("init_seconds", "init"),
               ("prepare_seconds", "prepare"), ("restore_seconds", "restore"),
@@ -59,12 +59,13 @@ def read_attempt_start(pods: list[dict[str, Any]], *, after: datetime, hosts: in
     """The attempt made after `after` (the failure): its live pods created since then (to the
     second: the API server's creation times are whole seconds); None when it has none yet."""
     floor = after.replace(microsecond=0)
-    new = [p for p in pods if not (p.get("metadata") or {}).get("deletionTimestamp")
-           and (created := parse_time((p.get("metadata") or {}).get("creationTimestamp")))
-           is not None and created >= floor]
-    if not new:
+    made = [(parse_time(meta.get("creationTimestamp")), p) for p in pods
+            if not (meta := p.get("metadata") or {}).get("deletionTimestamp")]
+    made = [(t, p) for t, p in made if t is not None and t >= floor]
+    if not made:
         return None
-    created = min(parse_time(p["metadata"]["creationTimestamp"]) for p in new)
+    created = min(t for t, _ in made)
+    new = [p for _, p in made]
     placed, running = [], []
     for pod in new:
         cond = conditions_by_type(pod).get("PodScheduled") or {}
@@ -119,7 +120,7 @@ def fill_recovery(record: RecoveryStatus, start: AttemptStart | None,
             timeline.started_at if record.init_seconds is None else None)
         update["init_seconds"] = _span(from_, init_done)
         mark = init_done
-        for field, category in TRAINER_PARTS[1:]:
+        for field, category in TRAINER_PARTS:
             update[field] = round(getattr(timeline.seconds, category), 3)
             mark += getattr(timeline.seconds, category)
         update["compile_cache"] = timeline.compile_cache

@@ -54,7 +54,6 @@ class TimelineReading:
     previous: TimelineReading | None = None
     started_at: float | None = None      # the process's start (Unix seconds)
     compile_cache: str | None = None     # contract.COMPILE_CACHE_OUTCOMES
-    first_step_s: float | None = None
     first_step_at: float | None = None
 
     @classmethod
@@ -75,7 +74,6 @@ class TimelineReading:
                    started_at=_num(doc.get("started_at")),
                    compile_cache=(doc["compile_cache"] if doc.get("compile_cache")
                                   in COMPILE_CACHE_OUTCOMES else None),
-                   first_step_s=_num(doc.get("first_step_s")),
                    first_step_at=_num(doc.get("first_step_at")))
 
     def as_attempt(self) -> GoodputAttempt:

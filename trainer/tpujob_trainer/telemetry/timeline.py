@@ -90,7 +90,6 @@ class Timeline:
         # How this start got its step program, and its first step: the last parts of a
         # restart's recovery (docs/goodput.md).
         self.compile_cache: str | None = None   # COMPILE_CACHE_OUTCOMES
-        self.first_step_s: float | None = None
         self.first_step_at: float | None = None
 
     def charge_until_now(self, category: str) -> None:
@@ -110,12 +109,11 @@ class Timeline:
         """Step `step` completed now: the time since the last mark, less waits, was productive."""
         with self._lock:
             now = self._clock()
-            took = max(0.0, now - self._mark - self._excluded)
-            self.seconds[PRODUCTIVE] += took
+            self.seconds[PRODUCTIVE] += max(0.0, now - self._mark - self._excluded)
             self._mark, self._excluded = now, 0.0
             first = self.steps == 0
             if first:
-                self.first_step_s, self.first_step_at = took, now
+                self.first_step_at = now
             self.step, self.steps = step, self.steps + 1
             # The first step of a start carries what is left of warm-up: not a step time.
             if step_time_s is not None and not first and len(self._step_times) < _MAX_STEP_TIMES:
@@ -134,8 +132,7 @@ class Timeline:
                     "resumed_from_step": self.resumed_from_step, "step": self.step,
                     "steps": self.steps, "seconds": dict(self.seconds),
                     **step_time_figures(self._step_times),
-                    "compile_cache": self.compile_cache, "first_step_s": self.first_step_s,
-                    "first_step_at": self.first_step_at,
+                    "compile_cache": self.compile_cache, "first_step_at": self.first_step_at,
                     "end": self.end, "ended_at": self.ended_at, "previous": self.previous}
 
     def compact(self) -> dict[str, Any]:
