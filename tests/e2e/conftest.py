@@ -108,6 +108,17 @@ class Local:
         return [e for e in self.cluster.events(self.namespace, name)
                 if e["involvedObject"].get("kind") == "TpuTrainingJob"]
 
+    def wait_events(self, name: str, *reasons: str, timeout: float = 60) -> dict[str, str]:
+        """The job's Events by reason (the newest message of each) once every one of `reasons`
+        is there: the operator posts its Events after the status patch that goes with them,
+        from a queue, so a status seen is no sign that its Events are posted yet."""
+        def ready():
+            by_reason = {e["reason"]: e["message"] for e in self.events(name)}
+            return by_reason if set(reasons) <= set(by_reason) else None
+
+        return wait_for(ready, timeout=timeout, interval=0.2,
+                        message=f"the Events {', '.join(reasons)} of {name}")
+
 
 def json_lines(path: Path) -> list[dict[str, Any]]:
     """The trainer's JSON lines in a log (other output, such as JAX's, skipped)."""

@@ -61,6 +61,7 @@ def test_an_out_of_memory_exit_fails_the_job_with_its_reason_and_no_restart(loca
     assert 1 <= len(pods) <= 2, pods
     assert {p["metadata"]["labels"]["jobset.sigs.k8s.io/restart-attempt"] for p in pods} == {"0"}
     assert local.status(name)["restarts"] == 0
+    local.wait_events(name, "Failed")
     warnings = [e for e in local.events(name) if e["type"] == "Warning"]
     assert [e["reason"] for e in warnings] == ["Failed"], warnings
     assert "OutOfMemory" in warnings[0]["message"]

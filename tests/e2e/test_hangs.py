@@ -51,7 +51,7 @@ def test_a_stopped_host_is_named_stacks_are_taken_and_the_job_resumes(local, gcs
         except ProcessLookupError:
             pass
     assert stalled["status"]["hosts"]["behind"] == ["slice-0/host-1"]
-    events = {e["reason"]: e["message"] for e in local.events(name)}
+    events = local.wait_events(name, "Stalled", "HangStacks")
     assert "behind: slice-0/host-1" in events["Stalled"]
     stacks = events["HangStacks"]
     assert stacks.startswith("stacks of 1 of 2 processes, label hang-"), stacks
@@ -88,7 +88,7 @@ def test_a_hang_in_a_program_of_ones_own_is_found_and_its_host_named(local, tmp_
         "stallTimeoutSeconds": STALL_S, "restartPolicy": {"maxRestarts": 1}})
     final = local.wait_phase(name, "Succeeded", "Failed", timeout=240)["status"]
     assert final["phase"] == "Succeeded" and final["stallRestarts"] == 1, final
-    events = {e["reason"]: e["message"] for e in local.events(name)}
+    events = local.wait_events(name, "Stalled", "HangStacks")
     assert ("behind: slice-0/host-1 at step 24, busy in its own work while the others wait "
             "for the step's result") in events["Stalled"], events["Stalled"]
     # Without the trainer's timeline, the recovery has the pods' parts and the total to the

@@ -55,6 +55,7 @@ def test_a_host_slowed_20_percent_is_named_within_50_steps(local):
     assert first["hosts"]["display"].startswith(f"{SLOW} 0.")
     condition = next(c for c in first["conditions"] if c["type"] == "SlowHost")
     assert condition["status"] == "True" and SLOW in condition["message"]
+    local.wait_events(name, "SlowHost")
     warnings = [e for e in local.events(name) if e["reason"] == "SlowHost"]
     assert warnings and all(SLOW in e["message"] for e in warnings)
 

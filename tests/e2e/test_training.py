@@ -62,6 +62,7 @@ def test_a_two_host_job_trains_to_completion(local, reference):
     assert reference["losses"][TOTAL] < reference["losses"][1] - 1.0, "the loss did not fall"
     pods = local.pods(reference["name"])
     assert [p["status"]["phase"] for p in pods] == ["Succeeded", "Succeeded"]
+    local.wait_events(reference["name"], "Running", "Goodput", "Succeeded")
     reasons = [e["reason"] for e in local.events(reference["name"])]
     assert reasons[-1] == "Succeeded" and "Running" in reasons
     # Goodput: one start, nothing lost, the trainer's categories measured and adding up.
@@ -96,8 +97,7 @@ def test_a_killed_host_is_restarted_and_resumes_from_its_checkpoint(local, refer
     assert status["phase"] == "Succeeded", status
     assert status["restarts"] == 1
     assert status["progress"]["step"] == TOTAL
-    reasons = [e["reason"] for e in local.events(name)]
-    assert "Restarting" in reasons, reasons
+    local.wait_events(name, "Restarting")
 
     # Host 0 ran twice: the first run up to the kill, the second from a checkpoint.
     before, after, resume_from = resumed_steps(local, name)
@@ -127,6 +127,7 @@ def test_a_killed_host_is_restarted_and_resumes_from_its_checkpoint(local, refer
     assert recovery["compileCache"] in ("miss", "hit", "executable")
     assert sum(parts) == pytest.approx(recovery["totalSeconds"], abs=0.01), recovery
     assert recovery["totalSeconds"] < time.monotonic() - killed_at
+    local.wait_events(name, "Recovered")
     [recovered] = [e for e in local.events(name) if e["reason"] == "Recovered"]
     assert recovered["message"].startswith("restart 1: training again ")
 
