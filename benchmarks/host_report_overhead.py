@@ -30,25 +30,12 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))
+from trainer_throughput import cpu_kind  # noqa: E402
+
 RESULTS = REPO / "benchmarks" / "results" / "host_report_overhead.md"
 TINY = REPO / "trainer" / "configs" / "tiny.yaml"
 SKIP_STEPS = 10
-FLAGS_OF_INTEREST = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
-
-
-def cpu_kind() -> str:
-    model, flags = platform.processor() or platform.machine(), set()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            if key.strip() == "model name":
-                model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
-    except OSError:
-        pass
-    have = [f for f in FLAGS_OF_INTEREST if f in flags]
-    return f"{model} ({os.cpu_count()} CPUs; flags: {' '.join(have) or 'none of ' + ', '.join(FLAGS_OF_INTEREST)})"
 
 
 def run_trainer(reports: bool, steps: int, workdir: Path) -> dict:

@@ -232,19 +232,31 @@ def _load1(uptime: str) -> float:
         return 0.0
 
 
-def machine() -> str:
-    model = ""
+# The CPU features that decide XLA:CPU's matmul speed (bf16 and AMX units), named with each run.
+FLAGS_OF_INTEREST = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+
+
+def cpu_kind() -> str:
+    """The CPU's model name, how many CPUs this process sees, and which FLAGS_OF_INTEREST it has."""
+    model, flags = platform.processor() or platform.machine(), set()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                model = line.split(":", 1)[1].strip()
-                break
+            key, _, value = line.partition(":")
+            if key.strip() == "model name":
+                model = value.strip()
+            elif key.strip() == "flags":
+                flags = set(value.split())
     except OSError:
         pass
+    have = [f for f in FLAGS_OF_INTEREST if f in flags]
+    return (f"{model} ({os.cpu_count()} CPUs; flags: "
+            f"{' '.join(have) or 'none of ' + ', '.join(FLAGS_OF_INTEREST)})")
+
+
+def machine() -> str:
     import jax
-    return (f"{model or platform.processor()}, {os.cpu_count()} cores visible, "
-            f"{platform.system()} {platform.release()}, Python {platform.python_version()}, "
-            f"jax {jax.__version__}")
+    return (f"{cpu_kind()}, {platform.system()} {platform.release()}, "
+            f"Python {platform.python_version()}, jax {jax.__version__}")
 
 
 def report(steps: int, peak: dict, variants: list[dict], ckpt: dict, loads: list[str],
