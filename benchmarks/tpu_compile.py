@@ -58,6 +58,14 @@ MODELS = {
     "mixtral-2048-4l": dict(vocab_size=32000, d_model=2048, n_layers=4, n_heads=16, n_kv_heads=8,
                             head_dim=128, mlp_dim=8192,
                             moe=dict(num_experts=8, experts_per_token=2, mlp_dim=8192)),
+    # DeepSeek's fine-grained routing (DeepSeek-V2-Lite's shape: d_model 2048, 64 routed experts
+    # of MLP 1408, top 6, 16 heads of 128, vocab 102400), 4 layers, every layer MoE. Attention is
+    # grouped-query on both sides (MaxText's DeepSeek block brings multi-head latent attention,
+    # which tpujob does not build) and there are no shared experts (MaxText's mixtral block,
+    # the one without MLA, has none): the routed experts compared alone.
+    "deepseek-moe-4l": dict(vocab_size=102400, d_model=2048, n_layers=4, n_heads=16,
+                            n_kv_heads=16, head_dim=128, mlp_dim=1408,
+                            moe=dict(num_experts=64, experts_per_token=6, mlp_dim=1408)),
 }
 
 # name: (model, slice, slices, global batch, seq)
@@ -69,6 +77,8 @@ ROWS = {
     "1b-2xv6e8-s2048": ("decoder-1b", "v6e-8", 2, 64, 2048),
     "8b4l-v6e8-s8192": ("llama3-8b-4l", "v6e-8", 1, 8, 8192),
     "moe-v6e8-s2048": ("mixtral-2048-4l", "v6e-8", 1, 32, 2048),
+    "dsmoe-v6e8-s4096": ("deepseek-moe-4l", "v6e-8", 1, 16, 4096),
+    "dsmoe-tpu7x8-s4096": ("deepseek-moe-4l", "tpu7x-8", 1, 16, 4096),
 }
 
 

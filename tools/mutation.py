@@ -259,9 +259,14 @@ MODULES: dict[str, list[str]] = {
                                                 "tests/trainer/test_output_loss.py::test_the_mlp_"
                                                 "on_a_tpu_target_keeps_only_gate_and_up_for_its_"
                                                 "backward",
+                                                "tests/trainer/test_mlp_chunked.py::test_on_a_tpu_"
+                                                "target_under_remat_full_the_models_mlp_is_"
+                                                "chunked_and_the_same",
                                                 "tests/trainer/test_moe_routing.py"],
     "trainer/tpujob_trainer/sharding.py": ["tests/trainer/test_attention.py",
-                                           "tests/trainer/test_aot.py"],
+                                           "tests/trainer/test_aot.py",
+                                           "tests/trainer/test_output_loss.py::test_auto_chunks_"
+                                           "follow_the_generation_compiled_for"],
     "trainer/tpujob_trainer/aot.py": ["tests/trainer/test_aot.py"],
     "trainer/tpujob_trainer/step.py": ["tests/trainer/test_loss.py", "tests/trainer/test_model.py",
                                        "tests/trainer/test_output_loss.py"],
@@ -271,6 +276,21 @@ MODULES: dict[str, list[str]] = {
         "tests/trainer/test_output_loss.py::test_vocab_chunks",
         "tests/trainer/test_output_loss.py::test_chunk_bounds_cover_the_vocabulary_in_lane_widths",
         "tests/plan/test_memory_and_flops.py"],
+    # A dense MLP's backward by chunks of its hidden width: the count (also the HBM estimate's, through
+    # the request the operator uses), the chunked MLP's value and gradients, and the model
+    # taking it (the compile test last: slowest).
+    "trainer/tpujob_plan/mlp_chunks.py": [
+        "tests/trainer/test_mlp_chunked.py::test_mlp_chunks",
+        "tests/plan/test_memory_and_flops.py"],
+    "trainer/tpujob_trainer/models/mlp_chunked.py": [
+        "tests/trainer/test_mlp_chunked.py::test_chunked_mlp_value_and_gradients_are_the_plain_ones",
+        "tests/trainer/test_mlp_chunked.py::test_in_bf16_the_chunked_gradients_are_as_close_to_"
+        "float32_as_the_plain_ones",
+        "tests/trainer/test_mlp_chunked.py::test_in_bf16_the_input_gradient_is_summed_over_chunks_"
+        "in_float32",
+        "tests/trainer/test_mlp_chunked.py::test_on_a_tpu_target_under_remat_full_the_models_mlp_"
+        "is_chunked_and_the_same",
+        "tests/trainer/test_mlp_chunked.py::test_compiled_for_a_tpu_the_chunked_mlp_holds_less"],
     "trainer/tpujob_trainer/models/output_loss.py": [
         "tests/trainer/test_output_loss.py::test_chunked_loss_and_gradients_are_the_plain_ones",
         "tests/trainer/test_output_loss.py::test_auto_chunks_follow_the_generation_compiled_for",

@@ -512,3 +512,37 @@ def test_a_moe_layers_gathered_weights_are_its_experts_over_the_expert_axis():
     cast = (moe.total_params - moe.embedding_params - moe.norm_params) * 2 / 2
     assert est.breakdown["workspace"] == pytest.approx(
         3.4 * 1 * unit + weights + cast - 2 * 1 * 2 * 2 - 2 * 8 * 2 * 2)
+
+
+@pytest.mark.parametrize("remat, mesh, setting, chunks", [
+    ("full", {"fsdp": 4}, "auto", 2),          # 256 MiB per MLP-wide value: 2 chunks of 128 MiB
+    ("full", {"fsdp": 4}, 1, 1),               # chunks off
+    ("full", {"fsdp": 4}, 4, 4),               # a count
+    ("full", {"fsdp": 2, "context": 2}, "auto", 2),   # tokens split over context alike
+    ("full", {"fsdp": 16}, "auto", 1),         # 64 MiB per value: none
+    ("minimal", {"fsdp": 4}, "auto", 1),       # a policy that keeps the MLP's values: none
+])
+def test_the_layer_backward_counts_one_chunk_of_the_mlp_where_it_is_chunked(remat, mesh, setting,
+                                                                           chunks):
+    """The 1.14B model's MLP (8192 wide) at 32 x 2048 tokens, as the trainer compiles it for a
+    TPU (`tpujob_plan.mlp_chunks`), through the request the operator and `tpujob plan` use: the
+    layer's backward holds one chunk of the MLP's three MLP-wide values per token."""
+    from tpujob_plan.memory import LAYER_BACKWARD_LAYERS, MLP_CHUNKED_SHARE, MemoryRequest
+    from tpujob_plan.model_shape import ModelShape
+
+    shape = ModelShape(vocab_size=32000, d_model=2048, n_layers=16, n_heads=16, n_kv_heads=8,
+                       head_dim=128, mlp_dim=8192)
+
+    def estimate(mlp_chunks):
+        return MemoryRequest(shape=shape, global_batch=32, seq_len=2048, remat=remat,
+                             mlp_chunks=mlp_chunks).estimate(mesh, None, "v6e")
+
+    got, plain = estimate(setting), estimate(1)
+    tokens = 32 * 2048 / (mesh.get("fsdp", 1) * mesh.get("context", 1))
+    mlp_part = LAYER_BACKWARD_LAYERS[remat] * tokens * 3 * 8192 * 2   # bf16, allowance 1.0 (v6e)
+    # The workspace is the layer's backward beyond the logits' moment (full remat, this model);
+    # chunked, it also holds the input's gradient in float32 (the chunks' sum).
+    dx_sum = tokens * 2048 * 4 if chunks > 1 else 0
+    assert plain.breakdown["workspace"] - got.breakdown["workspace"] == pytest.approx(
+        mlp_part * MLP_CHUNKED_SHARE * (1 - 1 / chunks) - dx_sum)
+    assert got.per_device_bytes <= plain.per_device_bytes

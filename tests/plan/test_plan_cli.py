@@ -190,6 +190,6 @@ def test_plan_and_the_operator_refuse_the_same_batch():
 def test_the_fit_hint_leaves_out_what_the_plan_already_uses(remat, hint):
     from tpujob.cli.plan_render import fit_hints
     assert fit_hints(remat) == hint
-    planned = tpujob("plan", "v6e-16", "--model", "llama3-8b", "--batch", "64", "--seq", "8192",
+    planned = tpujob("plan", "v6e-16", "--model", "llama3-8b", "--batch", "128", "--seq", "8192",
                      "--remat", remat)
     assert planned.returncode == 2 and f"  to fit          {hint}" in planned.stdout

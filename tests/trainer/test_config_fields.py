@@ -22,7 +22,7 @@ DEFAULTS = {
         "moe": {"num_experts": 0, "experts_per_token": 2, "num_shared_experts": 0,
                 "mlp_dim": None, "every": 1, "first_dense_layers": 0, "capacity_factor": 1.25,
                 "load_balance_weight": 0.01},
-        "remat": "auto", "scan_layers": True, "vocab_chunks": "auto", "dtype": "bfloat16", "param_dtype": "float32"},
+        "remat": "auto", "scan_layers": True, "vocab_chunks": "auto", "mlp_chunks": "auto", "dtype": "bfloat16", "param_dtype": "float32"},
     "train": {"steps": 100, "global_batch": 8, "seq_len": 256, "grad_accum": 1, "seed": 0},
     "optimizer": {
         "kind": "adamw", "lr": 3e-4, "warmup_steps": 10, "schedule": "cosine",
@@ -156,6 +156,9 @@ CROSS_FIELD = [
      "model: model.vocab_chunks (0) must be auto or a count from 1 to model.vocab_size (512)"),
     ({"model": {"vocab_size": 512, "vocab_chunks": 513}},
      "model: model.vocab_chunks (513) must be auto or a count from 1 to model.vocab_size (512)"),
+    ({"model": {"mlp_chunks": 1}}, None),
+    ({"model": {"mlp_chunks": 64}}, None),   # no chunk narrower than a lane: fewer are taken
+    ({"model": {"mlp_chunks": 0}}, "model: model.mlp_chunks (0) must be auto or a count of at least 1"),
     ({"model": {"moe": {"num_experts": 2, "experts_per_token": 2}}}, None),
     ({"model": {"moe": {"num_experts": 0, "experts_per_token": 4}}}, None),
     ({"model": {"moe": {"num_experts": 2, "experts_per_token": 3}}},

@@ -24,7 +24,10 @@ figures and the largest buffers in benchmarks/results/hbm_compiled.json):
   logits' moment and a layer's backward pass (its recomputation, the gradients of its values, its
   gathered weights, and the scan's stacked gradients of every layer's cast weights, as large as
   `castWeights`): LAYER_BACKWARD_LAYERS units plus one layer's weights plus those gradients,
-  counted beyond the logits' terms. Under `none` and `minimal` too (0 units there), the weights
+  counted beyond the logits' terms. Where a dense MLP's backward is taken by chunks of its
+  hidden width (`tpujob_plan.mlp_chunks`), a unit counts MLP_CHUNKED_SHARE of its MLP columns
+  divided by the chunks (the compiled saving is about half of dividing them all), and the
+  layer's backward holds the input's gradient in float32 beside them (the chunks' sum). Under `none` and `minimal` too (0 units there), the weights
   and those gradients set the least the workspace holds: a large model on few tokens.
 - `gradients`: the optimizer's update holds every parameter's gradient (param dtype) beside the
   state, once the backward's buffers are gone; counted only where that is more than the backward
@@ -49,6 +52,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from dataclasses import field as dataclass_field
 
+from tpujob_plan.mlp_chunks import mlp_chunks
 from tpujob_plan.model_shape import ModelShape
 from tpujob_plan.vocab_chunks import chunk_bounds, vocab_chunks
 
@@ -66,6 +70,11 @@ OUTPUT_LAYER_COPIES = 2
 # gradients of the cast weights, as large as `castWeights`, counted apart).
 BESIDE_LOGITS_LAYERS = {"none": 3.1, "minimal": 2.6, "full": 0.0}
 LAYER_BACKWARD_LAYERS = {"none": 0.0, "minimal": 0.0, "full": 3.4}
+# Where a dense MLP's backward is taken by chunks of its hidden width, the share of its columns
+# in the backward's units that the chunks divide: the compiled saving is about half of what
+# dividing them all would give (the 1.14B model, 2 chunks: v5p-8 -0.54 GiB, v6e-8 -0.27, two
+# v6e-8 slices -0.15; 4 chunks there -0.33), so the estimate stays above the compiler.
+MLP_CHUNKED_SHARE = 0.5
 # The token terms per generation, against v6e's compiler (fitted over the benchmark's grid).
 GENERATION_ALLOWANCE = {"v5p": 0.95, "v6e": 1.0, "tpu7x": 1.5}
 FLOAT32 = 4
@@ -151,17 +160,18 @@ def _saved_bytes_per_token(shape: ModelShape, layer: int, remat: str, *, compute
 
 
 def _layer_values_per_token(shape: ModelShape, layer: int, *, compute_bytes: int, tensor: int,
-                            capacity_factor: float) -> float:
+                            capacity_factor: float, mlp_chunks: int = 1) -> float:
     """Bytes of one token's values in one layer's matmuls (compute dtype): q, k, v, the
     attention's output twice, the two norms' outputs, the MLP's gate/up and SwiGLU output (a MoE
-    layer: of its routed copies and shared experts). The unit of the backward's working set."""
+    layer: of its routed copies and shared experts; a dense MLP whose backward is taken by
+    `mlp_chunks` chunks of positions: one chunk's). The unit of the backward's working set."""
     q = shape.n_heads * shape.head_dim / tensor
     kv = shape.n_kv_heads * shape.head_dim / tensor
     if shape.is_moe_layer(layer):
         per_expert = (shape.moe_mlp_dim or shape.mlp_dim) / tensor
         hidden = (shape.experts_per_token * capacity_factor + shape.num_shared_experts) * per_expert
     else:
-        hidden = shape.mlp_dim / tensor
+        hidden = shape.mlp_dim / tensor * (1 - MLP_CHUNKED_SHARE * (1 - 1 / mlp_chunks))
     return (3 * q + 2 * kv + 2 * shape.d_model + 3 * hidden) * compute_bytes
 
 
@@ -180,7 +190,8 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
                     compute_bytes: int = 2, optimizer: str = "adamw", grad_accum: int = 1,
                     capacity_factor: float = 1.25, hbm_bytes: float | None = None,
                     generation: str | None = None,
-                    output_chunks: int | str = "auto") -> MemoryEstimate:
+                    output_chunks: int | str = "auto",
+                    mlp_chunk_setting: int | str = "auto") -> MemoryEstimate:
     """Estimate the bytes one device holds at the peak of a training step. `generation` (a
     slice-name prefix: v5p, v6e, tpu7x) picks the compiler's allowance; unknown: the largest."""
     if remat not in REMAT_POLICIES:
@@ -233,14 +244,25 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
     largest_layer = shape.attention_params + max(
         shape.dense_mlp_params if shape.n_dense_layers else 0,
         shape.moe_mlp_params / expert if shape.n_moe_layers else 0)
+    # Compiled for a TPU under remat full, a dense MLP's backward by chunks of positions.
+    mlp_split = (mlp_chunks(tokens, shape.mlp_dim / tensor, compute_bytes, remat=remat)
+                 if mlp_chunk_setting == "auto"
+                 else len(chunk_bounds(shape.mlp_dim, mlp_chunk_setting)))
     unit = max(_layer_values_per_token(shape, i, compute_bytes=compute_bytes, tensor=tensor,
-                                       capacity_factor=capacity_factor)
+                                       capacity_factor=capacity_factor, mlp_chunks=mlp_split)
                for i in range(shape.n_layers))
     one_layer = allowance * tokens * unit
     beside_logits = BESIDE_LOGITS_LAYERS[remat] * one_layer
     layer_backward = (LAYER_BACKWARD_LAYERS[remat] * one_layer
                       + largest_layer * compute_bytes / tensor
                       + breakdown.get("castWeights", 0.0))
+    if mlp_split > 1 and shape.n_dense_layers:
+        layer_backward += allowance * tokens * shape.d_model * FLOAT32   # the chunks' sum
+    if data > 1 and chunks == 1:
+        # With the batch split over `data` the logits' gradient is still held while the last
+        # layers' backward runs (the compiler's report for two v6e-8 slices lists it beside
+        # the layer's MLP values).
+        layer_backward += logits / LOGITS_COPIES
     breakdown["logits"] = logits
     breakdown["outputLayer"] = output_layer
     breakdown["workspace"] = max(beside_logits, layer_backward - logits - output_layer)
@@ -273,6 +295,7 @@ class MemoryRequest:
     remat: str = "auto"
     capacity_factor: float = 1.25
     vocab_chunks: int | str = "auto"
+    mlp_chunks: int | str = "auto"
 
     def _kwargs(self, mesh: Mapping[str, int], hbm_bytes: float | None,
                 generation: str | None) -> dict:
@@ -280,7 +303,8 @@ class MemoryRequest:
                     optimizer=self.optimizer, grad_accum=self.grad_accum,
                     param_bytes=DTYPE_BYTES[self.param_dtype], compute_bytes=DTYPE_BYTES[self.dtype],
                     capacity_factor=self.capacity_factor, hbm_bytes=hbm_bytes,
-                    generation=generation, output_chunks=self.vocab_chunks)
+                    generation=generation, output_chunks=self.vocab_chunks,
+                    mlp_chunk_setting=self.mlp_chunks)
 
     def resolved_remat(self, mesh: Mapping[str, int], hbm_bytes: float | None,
                        generation: str | None = None) -> str:

@@ -87,6 +87,19 @@ def target_platform() -> str:
     return jax.default_backend()
 
 
+def local_splits(axes: LogicalAxes, shape: Sequence[int]) -> list[int]:
+    """Into how many parts the active mesh splits each dimension of a value with these logical
+    axes (all 1 with no mesh active)."""
+    mesh = active_mesh()
+    splits = [1] * len(shape)
+    if mesh is not None:
+        for i, names in enumerate(logical_to_spec(axes, shape, mesh)):
+            if names:
+                names = names if isinstance(names, tuple) else (names,)
+                splits[i] = math.prod(mesh.shape[a] for a in names)
+    return splits
+
+
 def shard(x: jax.Array, axes: LogicalAxes) -> jax.Array:
     """Constrain an activation's sharding by logical axis names; a no-op without an active mesh."""
     mesh = _active_mesh

@@ -10,7 +10,7 @@ from tpujob_plan.model_shape import ModelShape
 
 Remat = Literal["auto", "none", "minimal", "full"]
 # A count or "auto"; in the CRD an int-or-string (Kubernetes' only union of types).
-VocabChunks = Annotated[int | Literal["auto"], WithJsonSchema({
+ChunkCount = Annotated[int | Literal["auto"], WithJsonSchema({
     "x-kubernetes-int-or-string": True,
     "anyOf": [{"type": "integer"}, {"type": "string"}],
     "pattern": "^auto$",
@@ -61,12 +61,18 @@ class ModelConfig(_Frozen):
     scan_layers: bool = Field(True, description="Apply consecutive layers of the same kind by one "
                               "scan over their parameters (one compiled layer; faster to compile "
                               "and to run) instead of one by one.")
-    vocab_chunks: VocabChunks = Field(
+    vocab_chunks: ChunkCount = Field(
         "auto", description="The output layer and the loss a chunk of the vocabulary at a time, so "
         "that one device holds one chunk's logits, not all of them (for one more output-layer "
         "matmul): a count (1: off), or auto: on a TPU, once one device's logits pass 256 MiB, "
         "at least 2 chunks of at most 512 MiB each (not on v5p, nor where the batch is split "
         "over data); elsewhere 1.")
+    mlp_chunks: ChunkCount = Field(
+        "auto", description="A dense layer's MLP backward a chunk of its hidden width at a time, "
+        "so that the layer's backward holds one chunk's MLP-wide values, not all of them (no "
+        "extra FLOPs under remat full; the input read once more per chunk): a count (1: off), or "
+        "auto: on a TPU under remat full, once one device's MLP-wide value passes 64 MiB, at "
+        "least 2 chunks of at most 128 MiB each; elsewhere 1.")
     dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="Activation (compute) dtype.")
     param_dtype: Literal["float32", "bfloat16"] = Field("float32", description="Parameter dtype.")
 
@@ -76,6 +82,9 @@ class ModelConfig(_Frozen):
             raise ValueError(
                 f"model.vocab_chunks ({self.vocab_chunks}) must be auto or a count from 1 to "
                 f"model.vocab_size ({self.vocab_size})")
+        if self.mlp_chunks != "auto" and self.mlp_chunks < 1:
+            raise ValueError(f"model.mlp_chunks ({self.mlp_chunks}) must be auto or a count of "
+                             "at least 1")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"model.n_kv_heads ({self.n_kv_heads}) must divide model.n_heads ({self.n_heads})")

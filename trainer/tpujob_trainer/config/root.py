@@ -89,7 +89,8 @@ class TrainerConfig(BaseModel):
             shape=m.to_shape(), global_batch=self.train.global_batch, seq_len=self.train.seq_len,
             grad_accum=self.train.grad_accum, optimizer=self.optimizer.kind,
             param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
-            capacity_factor=m.moe.capacity_factor, vocab_chunks=m.vocab_chunks)
+            capacity_factor=m.moe.capacity_factor, vocab_chunks=m.vocab_chunks,
+            mlp_chunks=m.mlp_chunks)
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)

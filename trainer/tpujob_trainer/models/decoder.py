@@ -34,7 +34,8 @@ class Block(nnx.Module):
                               rope_theta=cfg.rope_theta, dtype=dt, param_dtype=pdt, rngs=rngs)
         self.mlp_norm = RMSNorm(cfg.d_model, eps=cfg.norm_eps, dtype=dt, param_dtype=pdt)
         self.mlp = (MoE(cfg.d_model, cfg.mlp_dim, cfg.moe, dtype=dt, param_dtype=pdt, rngs=rngs) if moe
-                    else MLP(cfg.d_model, cfg.mlp_dim, dtype=dt, param_dtype=pdt, rngs=rngs))
+                    else MLP(cfg.d_model, cfg.mlp_dim, dtype=dt, param_dtype=pdt, rngs=rngs,
+                             remat=cfg.remat, chunks=cfg.mlp_chunks))
         self.is_moe = moe
 
     def __call__(self, x_BxLxD: jax.Array) -> tuple[jax.Array, jax.Array]:

@@ -14,6 +14,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from tpujob_trainer.models.attention import attention
+from tpujob_trainer.models.mlp_chunked import chunks_for, mlp_chunked
 from tpujob_trainer.sharding import shard, target_platform
 
 
@@ -160,12 +161,17 @@ swiglu_pair.defvjp(_swiglu_pair_fwd, _swiglu_pair_bwd)
 
 
 class MLP(nnx.Module):
-    """SwiGLU: down(silu(gate(x)) * up(x)); gate and up are one [D, 2, F] weight (one matmul)."""
+    """SwiGLU: down(silu(gate(x)) * up(x)); gate and up are one [D, 2, F] weight (one matmul).
+    Compiled for a TPU, its backward pass by chunks of positions where `mlp_chunked.chunks_for`
+    says so (`chunks`: the model's `mlp_chunks` setting; `remat`: the layer's policy)."""
 
-    def __init__(self, d: int, f: int, *, dtype, param_dtype, rngs: nnx.Rngs):
+    def __init__(self, d: int, f: int, *, dtype, param_dtype, rngs: nnx.Rngs,
+                 remat: str = "full", chunks: int | str = "auto"):
         self.w_in_Dx2xF = init_param(rngs, (d, 2, f), d, param_dtype, ("embed", None, "mlp"))
         self.w_out_FxD = init_param(rngs, (f, d), f, param_dtype, ("mlp", "embed"))
         self.dtype = dtype
+        self.remat = remat
+        self.chunks = chunks
 
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
         dt = self.dtype
@@ -174,6 +180,10 @@ class MLP(nnx.Module):
             # Compiled for a TPU: gate and up as two matmuls. The stacked [B, L, 2, F] value is
             # sliced into copies and its gradient stacked again: both the largest values of a
             # layer's backward pass (measured with the TPU compiler: benchmarks/tpu_compile.py).
+            chunks = chunks_for(x_BxLxD, w_Dx2xF.shape[-1], self.remat, self.chunks)
+            if chunks > 1:
+                return mlp_chunked(x_BxLxD, w_Dx2xF[:, 0], w_Dx2xF[:, 1],
+                                   self.w_out_FxD[...].astype(dt), chunks).astype(dt)
             gate_BxLxF = dot("bld,df->blf", x_BxLxD, w_Dx2xF[:, 0])
             up_BxLxF = dot("bld,df->blf", x_BxLxD, w_Dx2xF[:, 1])
             h_BxLxF = swiglu_pair(gate_BxLxF, up_BxLxF).astype(dt)

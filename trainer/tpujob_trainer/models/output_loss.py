@@ -30,7 +30,7 @@ import jax.numpy as jnp
 
 from tpujob_plan.generations import generation_for_device_kind
 from tpujob_plan.vocab_chunks import chunk_bounds, vocab_chunks
-from tpujob_trainer.sharding import active_mesh, logical_to_spec, shard, target_platform
+from tpujob_trainer.sharding import active_mesh, local_splits, shard, target_platform
 
 
 def _logits(x_BxLxD, w_DxC):
@@ -110,15 +110,9 @@ def chunks_for(x_BxLxD: jax.Array, vocab: int, setting: int | str = "auto") -> i
     if setting != "auto":
         return len(chunk_bounds(vocab, int(setting)))
     B, L, _ = x_BxLxD.shape
-    mesh = active_mesh()
-    splits = [1, 1, 1]
-    if mesh is not None:
-        spec = logical_to_spec(("batch", "length", "vocab"), (B, L, vocab), mesh)
-        for i, axes in enumerate(spec):
-            if axes:
-                axes = axes if isinstance(axes, tuple) else (axes,)
-                splits[i] = math.prod(mesh.shape[a] for a in axes)
+    splits = local_splits(("batch", "length", "vocab"), (B, L, vocab))
     local = math.ceil(B / splits[0]) * math.ceil(L / splits[1])
+    mesh = active_mesh()
     data = mesh.shape.get("data", 1) if mesh is not None else 1
     kind = generation_for_device_kind(mesh.devices.flat[0].device_kind) if mesh is not None else None
     generation = kind.prefix if kind else None
