@@ -33,6 +33,7 @@ from tpujob_trainer.step import loss_fn
     (1 << 20, 8192, "tpu", "full", 8),      # at most MAX_CHUNKS
     (1 << 20, 256, "tpu", "full", 2),       # no chunk narrower than a lane (2 of 128)
     (1 << 20, 200, "tpu", "full", 1),       # under two lanes wide: one chunk
+    (1 << 20, 64, "tpu", "full", 1),        # under a lane wide: one chunk, never none
 ])
 def test_mlp_chunks(tokens, width, platform, remat, want):
     assert mlp_chunks(tokens, width, 2, platform=platform, remat=remat) == want
