@@ -520,6 +520,7 @@ def test_a_moe_layers_gathered_weights_are_its_experts_over_the_expert_axis():
     ("full", {"fsdp": 4}, 4, 4),               # a count
     ("full", {"fsdp": 2, "context": 2}, "auto", 2),   # tokens split over context alike
     ("full", {"fsdp": 16}, "auto", 1),         # 64 MiB per value: none
+    ("full", {"fsdp": 2, "tensor": 2}, "auto", 2),    # half the columns each: 256 MiB, two
     ("minimal", {"fsdp": 4}, "auto", 1),       # a policy that keeps the MLP's values: none
 ])
 def test_the_layer_backward_counts_one_chunk_of_the_mlp_where_it_is_chunked(remat, mesh, setting,
@@ -539,10 +540,58 @@ def test_the_layer_backward_counts_one_chunk_of_the_mlp_where_it_is_chunked(rema
 
     got, plain = estimate(setting), estimate(1)
     tokens = 32 * 2048 / (mesh.get("fsdp", 1) * mesh.get("context", 1))
-    mlp_part = LAYER_BACKWARD_LAYERS[remat] * tokens * 3 * 8192 * 2   # bf16, allowance 1.0 (v6e)
+    columns = 8192 / mesh.get("tensor", 1)
+    mlp_part = LAYER_BACKWARD_LAYERS[remat] * tokens * 3 * columns * 2   # bf16, allowance 1 (v6e)
     # The workspace is the layer's backward beyond the logits' moment (full remat, this model);
     # chunked, it also holds the input's gradient in float32 (the chunks' sum).
     dx_sum = tokens * 2048 * 4 if chunks > 1 else 0
     assert plain.breakdown["workspace"] - got.breakdown["workspace"] == pytest.approx(
         mlp_part * MLP_CHUNKED_SHARE * (1 - 1 / chunks) - dx_sum)
     assert got.per_device_bytes <= plain.per_device_bytes
+
+
+def test_where_data_splits_the_batch_the_layer_backward_holds_the_logits_gradient():
+    """Two v6e-8 slices (data=2) against one (data=1) at the same tokens per device, the logits
+    unchunked on both: the layer's backward also holds one copy of the logits (their gradient)
+    where `data` splits the batch, as the compiler's report for two slices shows."""
+    from tpujob_plan.memory import LOGITS_COPIES, MemoryRequest
+    from tpujob_plan.model_shape import ModelShape
+
+    shape = ModelShape(vocab_size=32000, d_model=2048, n_layers=16, n_heads=16, n_kv_heads=8,
+                       head_dim=128, mlp_dim=8192)
+
+    def estimate(batch, mesh):
+        return MemoryRequest(shape=shape, global_batch=batch, seq_len=2048, remat="full",
+                             vocab_chunks=1).estimate(mesh, None, "v6e")
+
+    one, two = estimate(32, {"fsdp": 8}), estimate(64, {"fsdp": 8, "data": 2})
+    assert one.tokens_per_device == two.tokens_per_device == 8192
+    assert one.breakdown["logits"] == two.breakdown["logits"]
+    assert two.breakdown["workspace"] - one.breakdown["workspace"] == pytest.approx(
+        one.breakdown["logits"] / LOGITS_COPIES)
+
+
+# The 1.14B model (decoder-1b of benchmarks/tpu_compile.py), remat full, compiled by libtpu
+# 0.0.42.1 for these slices with the MLP chunks as given (benchmarks/results/tpu_compile.md; the
+# 1 and 4 chunk rows on two slices measured beside them, listed there too): GiB per device.
+COMPILED_1B = [
+    ("v5p", {"fsdp": 4}, 32, 2048, "auto", 7.83),
+    ("v6e", {"fsdp": 8}, 32, 2048, "auto", 4.10),
+    ("v6e", {"fsdp": 8}, 8, 8192, "auto", 4.11),
+    ("v6e", {"fsdp": 8, "data": 2}, 64, 2048, "auto", 4.67),
+    ("v6e", {"fsdp": 8, "data": 2}, 64, 2048, 4, 4.49),
+    ("v6e", {"fsdp": 8, "data": 2}, 64, 2048, 1, 4.82),
+]
+
+
+@pytest.mark.parametrize("generation, mesh, batch, seq, mlp_chunks, compiled_gib", COMPILED_1B)
+def test_with_mlp_chunks_the_estimate_stays_above_the_compiler_within_10_percent(
+        generation, mesh, batch, seq, mlp_chunks, compiled_gib):
+    from tpujob_plan.memory import GIB, MemoryRequest
+    from tpujob_plan.model_shape import ModelShape
+
+    shape = ModelShape(vocab_size=32000, d_model=2048, n_layers=16, n_heads=16, n_kv_heads=8,
+                       head_dim=128, mlp_dim=8192)
+    est = MemoryRequest(shape=shape, global_batch=batch, seq_len=seq, remat="full",
+                        mlp_chunks=mlp_chunks).estimate(mesh, None, generation)
+    assert compiled_gib <= est.per_device_bytes / GIB <= 1.10 * compiled_gib

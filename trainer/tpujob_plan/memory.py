@@ -160,7 +160,7 @@ def _saved_bytes_per_token(shape: ModelShape, layer: int, remat: str, *, compute
 
 
 def _layer_values_per_token(shape: ModelShape, layer: int, *, compute_bytes: int, tensor: int,
-                            capacity_factor: float, mlp_chunks: int = 1) -> float:
+                            capacity_factor: float, mlp_chunks: int) -> float:
     """Bytes of one token's values in one layer's matmuls (compute dtype): q, k, v, the
     attention's output twice, the two norms' outputs, the MLP's gate/up and SwiGLU output (a MoE
     layer: of its routed copies and shared experts; a dense MLP whose backward is taken by
