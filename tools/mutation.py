@@ -289,7 +289,9 @@ MODULES: dict[str, list[str]] = {
         "tests/trainer/test_mlp_chunked.py::test_in_bf16_the_input_gradient_is_summed_over_chunks_"
         "in_float32",
         "tests/trainer/test_mlp_chunked.py::test_on_a_tpu_target_under_remat_full_the_models_mlp_"
-        "is_chunked_and_the_same"],
+        "is_chunked_and_the_same",
+        "tests/trainer/test_mlp_chunked.py::test_auto_chunks_count_what_one_device_holds_on_the_"
+        "mesh_compiled_for"],
     "trainer/tpujob_trainer/models/output_loss.py": [
         "tests/trainer/test_output_loss.py::test_chunked_loss_and_gradients_are_the_plain_ones",
         "tests/trainer/test_output_loss.py::test_auto_chunks_follow_the_generation_compiled_for",

@@ -173,3 +173,29 @@ def test_compiled_for_a_tpu_the_chunked_mlp_holds_less():
     assert mlp_chunks(8192, 8192, 2) == 2
     plain, chunked = temp(1), temp("auto")
     assert chunked <= plain - value, (plain, chunked)
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("axes, shape, want", [
+    ({"fsdp": 8}, (16, 2048), 1),                  # 2 x 2048 tokens x 8192 columns: 64 MiB
+    ({"fsdp": 4, "context": 2}, (16, 4096), 2),    # 4 x 2048 tokens: 128 MiB
+    ({"fsdp": 2, "tensor": 4}, (8, 8192), 2),      # 4 x 8192 tokens x 2048 columns: 128 MiB
+])
+def test_auto_chunks_count_what_one_device_holds_on_the_mesh_compiled_for(axes, shape, want):
+    """`chunks_for` reads one device's tokens (batch over data x fsdp x expert, sequence over
+    context) and MLP columns (over tensor) from the active mesh: the TPU compiler's v6e-8
+    devices, no TPU needed; with no mesh (this CPU), the plain path."""
+    from jax.sharding import Mesh
+
+    from tpujob_trainer.aot import topology_devices
+    from tpujob_trainer.sharding import activate
+
+    devices = topology_devices("v6e-8")
+    names = ("data", "fsdp", "context", "tensor", "expert")
+    mesh = Mesh(np.array(devices).reshape([axes.get(n, 1) for n in names]), names)
+    x = jax.ShapeDtypeStruct((*shape, 64), jnp.bfloat16)
+    with activate(mesh):
+        assert mc.chunks_for(x, 8192, "full") == want
+        assert mc.chunks_for(x, 8192, "minimal") == 1
+        assert mc.chunks_for(x, 8192, "full", 3) == 3      # a count is taken as it is
+    assert mc.chunks_for(x, 8192, "full") == 1             # no mesh: this CPU, the plain path
