@@ -1,6 +1,7 @@
-"""The dense MLP's backward by chunks of its hidden width (a TPU target): when (`tpujob_plan.mlp_chunks`,
-pure), that it computes the plain MLP's value and gradients (`models.mlp_chunked`), that the model
-takes it where the count says so, and that the TPU compiler's program holds less with it."""
+"""The dense MLP's backward by chunks of its hidden width (a TPU target): when
+(`tpujob_plan.mlp_chunks`, pure), that it computes the plain MLP's value and gradients
+(`models.mlp_chunked`), that the model takes it where the count says so, and that the TPU
+compiler's program holds less with it."""
 
 from __future__ import annotations
 

@@ -27,7 +27,8 @@ figures and the largest buffers in benchmarks/results/hbm_compiled.json):
   counted beyond the logits' terms. Where a dense MLP's backward is taken by chunks of its
   hidden width (`tpujob_plan.mlp_chunks`), a unit counts MLP_CHUNKED_SHARE of its MLP columns
   divided by the chunks (the compiled saving is about half of dividing them all), and the
-  layer's backward holds the input's gradient in float32 beside them (the chunks' sum). Under `none` and `minimal` too (0 units there), the weights
+  layer's backward holds the input's gradient in float32 beside them (the chunks' sum). Under
+  `none` and `minimal` too (0 units there), the weights
   and those gradients set the least the workspace holds: a large model on few tokens.
 - `gradients`: the optimizer's update holds every parameter's gradient (param dtype) beside the
   state, once the backward's buffers are gone; counted only where that is more than the backward
@@ -164,7 +165,8 @@ def _layer_values_per_token(shape: ModelShape, layer: int, *, compute_bytes: int
     """Bytes of one token's values in one layer's matmuls (compute dtype): q, k, v, the
     attention's output twice, the two norms' outputs, the MLP's gate/up and SwiGLU output (a MoE
     layer: of its routed copies and shared experts; a dense MLP whose backward is taken by
-    `mlp_chunks` chunks of positions: one chunk's). The unit of the backward's working set."""
+    `mlp_chunks` chunks of its width: MLP_CHUNKED_SHARE of its columns divided by the chunks).
+    The unit of the backward's working set."""
     q = shape.n_heads * shape.head_dim / tensor
     kv = shape.n_kv_heads * shape.head_dim / tensor
     if shape.is_moe_layer(layer):
@@ -244,7 +246,7 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
     largest_layer = shape.attention_params + max(
         shape.dense_mlp_params if shape.n_dense_layers else 0,
         shape.moe_mlp_params / expert if shape.n_moe_layers else 0)
-    # Compiled for a TPU under remat full, a dense MLP's backward by chunks of positions.
+    # Compiled for a TPU under remat full, a dense MLP's backward by chunks of its width.
     mlp_split = (mlp_chunks(tokens, shape.mlp_dim / tensor, compute_bytes, remat=remat)
                  if mlp_chunk_setting == "auto"
                  else len(chunk_bounds(shape.mlp_dim, mlp_chunk_setting)))

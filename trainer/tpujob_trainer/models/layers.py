@@ -162,7 +162,7 @@ swiglu_pair.defvjp(_swiglu_pair_fwd, _swiglu_pair_bwd)
 
 class MLP(nnx.Module):
     """SwiGLU: down(silu(gate(x)) * up(x)); gate and up are one [D, 2, F] weight (one matmul).
-    Compiled for a TPU, its backward pass by chunks of positions where `mlp_chunked.chunks_for`
+    Compiled for a TPU, its backward pass by chunks of its width where `mlp_chunked.chunks_for`
     says so (`chunks`: the model's `mlp_chunks` setting; `remat`: the layer's policy)."""
 
     def __init__(self, d: int, f: int, *, dtype, param_dtype, rngs: nnx.Rngs,
@@ -183,7 +183,7 @@ class MLP(nnx.Module):
             chunks = chunks_for(x_BxLxD, w_Dx2xF.shape[-1], self.remat, self.chunks)
             if chunks > 1:
                 return mlp_chunked(x_BxLxD, w_Dx2xF[:, 0], w_Dx2xF[:, 1],
-                                   self.w_out_FxD[...].astype(dt), chunks).astype(dt)
+                                   self.w_out_FxD[...].astype(dt), chunks)
             gate_BxLxF = dot("bld,df->blf", x_BxLxD, w_Dx2xF[:, 0])
             up_BxLxF = dot("bld,df->blf", x_BxLxD, w_Dx2xF[:, 1])
             h_BxLxF = swiglu_pair(gate_BxLxF, up_BxLxF).astype(dt)
