@@ -14,6 +14,7 @@ from tpujob.controller.observe import TRAINER_REASONS, ContainerExit
 from tpujob.controller.trainer_reports import (
     ProgressReading,
     TimelineReading,
+    read_final_progress,
     read_final_timelines,
     termination_document,
 )
@@ -101,7 +102,10 @@ def test_each_category_reaches_its_badput_in_the_status():
 def test_the_termination_line_the_trainer_writes_is_what_the_operator_reads(tmp_path):
     t = timeline_with_every_category()
     path = tmp_path / "termination-log"
-    line = build_termination_line(contract.Reason.NAN_LOSS, "loss is nan", {"goodput": t.compact()})
+    progress = Progress(step=0, total_steps=100)
+    progress.update(phase="done", step=6, loss=2.5, last_checkpoint_step=4)
+    line = build_termination_line(contract.Reason.NAN_LOSS, "loss is nan",
+                                  {"goodput": t.compact(), "progress": progress.final()})
     assert tuple(json.loads(line)) == contract.TERMINATION_FIELDS
     assert tuple(json.loads(line)["goodput"]) == contract.COMPACT_TIMELINE_FIELDS
     write_termination_message(contract.Reason.NAN_LOSS, "loss is nan",
@@ -112,6 +116,8 @@ def test_the_termination_line_the_trainer_writes_is_what_the_operator_reads(tmp_
     assert exit_.classify()[0] == FailureReason.NAN_LOSS
     pod = {"status": {"containerStatuses": [
         {"name": "trainer", "state": {"terminated": {"exitCode": 6, "message": line}}}]}}
+    assert read_final_progress([pod]) == ProgressReading(
+        step=6, total_steps=100, loss=2.5, last_checkpoint_step=4, trainer_phase="done")
     (final,) = read_final_timelines([pod])
     assert final.step == 6 and final.steps == 3 and final.resumed_from_step == 3
     for category in contract.GOODPUT_CATEGORIES:
@@ -148,6 +154,47 @@ def test_every_progress_figure_the_trainer_serves_reaches_the_reading():
         step=12, total_steps=100, loss=2.5, step_time_s=0.25, tokens_per_s_per_device=1000.0,
         tflops_per_device=1.5, mfu=0.4, last_checkpoint_step=10, training=True,
         trainer_phase="training", timeline=TimelineReading.from_document(t.document()))
+
+
+def test_every_final_figure_the_trainer_leaves_reaches_the_reading():
+    progress = Progress(step=0, total_steps=100)
+    progress.update(phase="done", step=100, loss=2.5, step_time_s=0.25,
+                    tokens_per_s_per_device=1000.0, tflops_per_device=1.5, mfu=0.4,
+                    last_checkpoint_step=100, grad_norm=0.5)
+    final = json.loads(json.dumps(progress.final()))
+    assert tuple(final) == contract.FINAL_PROGRESS_FIELDS
+    assert set(contract.FINAL_PROGRESS_FIELDS) < set(contract.PROGRESS_FIELDS)
+    pod = {"status": {"containerStatuses": [{"name": "trainer", "state": {"terminated": {
+        "exitCode": 0, "message": json.dumps({"reason": "Completed", "progress": final})}}}]}}
+    assert read_final_progress([pod]) == ProgressReading(
+        step=100, total_steps=100, loss=2.5, step_time_s=0.25, tokens_per_s_per_device=1000.0,
+        tflops_per_device=1.5, mfu=0.4, last_checkpoint_step=100, training=True,
+        trainer_phase="done")
+
+
+def _ended(message: str, *, earlier: bool = False) -> dict:
+    state = {"terminated": {"exitCode": 0, "message": message}}
+    return {"name": "trainer"} | ({"state": {"running": {}}, "lastState": state} if earlier
+                                  else {"state": state})
+
+
+@pytest.mark.parametrize("statuses, step", [
+    ([], None),
+    ([{"name": "trainer", "state": {"running": {}}}], None),
+    ([_ended("")], None),
+    ([_ended("Error: not the trainer's line")], None),
+    ([_ended('{"reason": "Completed", "goodput": {"attempt": "a", "step": 9}}')], None),
+    ([_ended('{"reason": "Completed", "progress": {"step": "nine"}}')], None),
+    ([_ended('{"reason": "Completed", "progress": {"step": 9}}')], 9),
+    ([_ended('{"reason": "Completed", "progress": {"step": 9}}', earlier=True)], 9),
+    # More than one left figures (a pod of an earlier attempt kept): the furthest one.
+    ([_ended('{"progress": {"step": 9}}'), _ended('{"progress": {"step": 12}}'),
+      _ended('{"progress": {"step": 10}}')], 12),
+])
+def test_the_final_progress_is_process_zeros_furthest(statuses, step):
+    pods = [{"status": {"containerStatuses": [s]}} for s in statuses] + [{}]
+    reading = read_final_progress(pods)
+    assert (reading.step if reading else None) == step
 
 
 @pytest.mark.parametrize("phase", contract.PHASES)

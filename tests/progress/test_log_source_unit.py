@@ -26,10 +26,22 @@ def _pod(name, job_index="0", index="0", phase="Running", containers=("trainer",
     ([_pod("a", job_index="1"), _pod("b", containers=("trainer-1", "trainer-2"))],
      ("b", "trainer-1")),
     ([_pod("a", phase="Pending")], None),
+    ([_pod("a", phase="Succeeded")], None),
+    ([_pod("a", containers=())], None),
+    ([{**_pod("a"), "metadata": {"labels": {}, "annotations": {
+        "batch.kubernetes.io/job-completion-index": "0"}}}], None),   # no name yet
     ([], None),
 ])
 def test_process_zero_container(pods, expected):
     assert find_process_zero_container(pods) == expected
+
+
+@pytest.mark.parametrize("pods, expected", [
+    ([_pod("a"), _pod("b", phase="Succeeded")], ("b", "trainer")),
+    ([_pod("a", index="1", phase="Succeeded"), _pod("b", phase="Failed")], None),
+])
+def test_process_zero_container_of_a_finished_run(pods, expected):
+    assert find_process_zero_container(pods, phase="Succeeded") == expected
 
 
 MAXTEXT = ProgressSpec(source="log", format="maxtext")
@@ -56,3 +68,5 @@ def test_one_look(log, spec, step, problem):
     assert (found.progress.step if found.progress else None, found.problem) == (step, problem)
     # Only a log that could not be read at all sends the reconciler to look for the pod again.
     assert found.missing == (log is None)
+    with pytest.raises(AttributeError):  # a reading is a value: what the reconciler got stays
+        found.missing = not found.missing

@@ -34,6 +34,12 @@ def test_pulse_trains_a_few_steps_and_reports(tmp_path):
     assert run.termination["reason"] == "Completed"
     assert run.termination["message"] == "trained 3 steps"
     assert run.termination["goodput"]["step"] == 3
+    # Process 0's last figures: where the run ended, for an operator that read it earlier.
+    final = run.termination["progress"]
+    assert (final["phase"], final["step"], final["total_steps"]) == ("done", 3, 3)
+    assert final["loss"] == pytest.approx(steps[-1]["loss"], rel=1e-6)
+    assert final["last_checkpoint_step"] == 3
+    assert final["step_time_s"] == pytest.approx(steps[-1]["step_time_s"])
     assert (tmp_path / "out" / "checkpoints" / "3").exists()
     # The host report: every phase as it begins, each step split into busy and wait (their sum
     # is the step time), the checkpointed step and the one its save slowed marked, a last line.

@@ -83,14 +83,16 @@ def test_the_line_keeps_as_much_of_the_message_as_fits(message, extra):
 
 
 def test_hooks_add_their_fields_and_a_failing_one_is_skipped(tmp_path, monkeypatch):
-    monkeypatch.setattr(exits, "_ENDING_HOOKS", [])
+    monkeypatch.setattr(exits, "_ENDING_HOOKS", {})
 
     def broken(reason):
         raise RuntimeError("no timeline")
 
-    exits.on_ending(broken)
-    exits.on_ending(lambda reason: {"ended_as": reason.value})
+    exits.on_ending("timeline", broken)
+    exits.on_ending("first", lambda reason: {"ended_as": "an earlier run's"})
+    exits.on_ending("first", lambda reason: {"ended_as": reason.value})  # replaces it
+    exits.on_ending("second", lambda reason: {"then": 1})
     path = tmp_path / "term"
     write_termination_message(Reason.PREEMPTED, "SIGTERM", {envvars.TERMINATION_LOG: str(path)})
     assert json.loads(path.read_text()) == {"reason": "Preempted", "message": "SIGTERM",
-                                            "ended_as": "Preempted"}
+                                            "ended_as": "Preempted", "then": 1}

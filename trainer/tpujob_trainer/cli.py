@@ -101,7 +101,7 @@ def _start_timeline(output: str, penv):
         write_record(output, timeline)
         return {"goodput": timeline.compact()}
 
-    on_ending(record)
+    on_ending("goodput", record)
     return timeline
 
 

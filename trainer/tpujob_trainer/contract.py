@@ -57,7 +57,12 @@ EXIT_CODES: dict[Reason, int] = {
 
 # The termination message: one JSON line within the bytes Kubernetes keeps of it.
 TERMINATION_MESSAGE_BYTES = 4096
-TERMINATION_FIELDS = ("reason", "message", "goodput")
+TERMINATION_FIELDS = ("reason", "message", "goodput", "progress")
+# Process 0's last `/progress` figures, in its termination message (`progress`): a run's last
+# steps may come after the operator's last read of the endpoint.
+FINAL_PROGRESS_FIELDS = ("phase", "step", "total_steps", "loss", "step_time_s",
+                         "tokens_per_s_per_device", "tflops_per_device", "mfu",
+                         "last_checkpoint_step")
 
 # The trainer's phases, as `/progress` `phase` says them; before "training" it computes no step.
 PHASES = ("starting", "initializing", "compiling", "training", "done")

@@ -51,13 +51,16 @@ def termination_log_path(env: dict[str, str] | None = None) -> str | None:
 
 
 # Called with the reason as the process ends, from any thread; each returns fields to add to the
-# termination message (the goodput timeline writes its record here: see telemetry/timeline.py).
-_ENDING_HOOKS: list[Callable[[Reason], dict]] = []
+# termination message (the goodput timeline writes its record here: see telemetry/timeline.py;
+# the loop adds process 0's final progress). One hook per name: a later one replaces it.
+_ENDING_HOOKS: dict[str, Callable[[Reason], dict]] = {}
 
 
-def on_ending(hook: Callable[[Reason], dict]) -> None:
-    """Run `hook(reason)` when the termination message is written; its dict joins the message."""
-    _ENDING_HOOKS.append(hook)
+def on_ending(name: str, hook: Callable[[Reason], dict]) -> None:
+    """Run `hook(reason)` when the termination message is written; its dict joins the message.
+    Registered under `name`: a second hook of that name (a later run in the same process)
+    replaces the first."""
+    _ENDING_HOOKS[name] = hook
 
 
 def build_termination_line(reason: Reason, message: str, extra: dict) -> str:
@@ -88,7 +91,7 @@ def build_termination_line(reason: Reason, message: str, extra: dict) -> str:
 def write_termination_message(reason: Reason, message: str, env: dict[str, str] | None = None) -> None:
     """One JSON line `{"reason", "message", ...}` (see build_termination_line)."""
     extra: dict = {}
-    for hook in list(_ENDING_HOOKS):
+    for hook in list(_ENDING_HOOKS.values()):
         try:
             extra.update(hook(reason))
         except Exception:  # noqa: S112 (an ending never fails on a report)

@@ -29,7 +29,7 @@ from tpujob_trainer.config.root import TrainerConfig
 from tpujob_trainer.contract import HostPhase
 from tpujob_trainer.data.errors import DataError, DataExhausted
 from tpujob_trainer.env import ProcessEnv
-from tpujob_trainer.exits import Reason, TrainerExit
+from tpujob_trainer.exits import Reason, TrainerExit, on_ending
 from tpujob_trainer.mesh import build_mesh
 from tpujob_trainer.remat import device_generation, device_memory_bytes, resolve_remat
 from tpujob_trainer.sharding import activate
@@ -241,6 +241,8 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
         timeline.previous = read_previous(cfg.output, timeline.attempt)
     progress = Progress(step=0, total_steps=cfg.train.steps)
     progress.attach("goodput", timeline.document)
+    if is_main:
+        on_ending("progress", lambda reason: {"progress": progress.final()})
     server = _serve(cfg, penv, progress, is_main)
     if server is not None:
         log.emit("http", host=server.host, port=server.port)

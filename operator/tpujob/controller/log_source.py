@@ -34,10 +34,11 @@ class LogReading:
     missing: bool = False
 
 
-def find_process_zero_container(pods: list[dict[str, Any]]) -> tuple[str, str] | None:
-    """(pod name, container name) of JAX process 0: slice 0, host 0, first container; None
-    until that pod runs."""
-    for pod in running_process_zero_pods(pods):
+def find_process_zero_container(pods: list[dict[str, Any]], phase: str = "Running"
+                                ) -> tuple[str, str] | None:
+    """(pod name, container name) of JAX process 0: slice 0, host 0, first container, of a pod
+    in `phase`; None until that pod runs."""
+    for pod in running_process_zero_pods(pods, phase):
         name = (pod.get("metadata") or {}).get("name")
         containers = (pod.get("spec") or {}).get("containers") or []
         if containers and name:

@@ -254,8 +254,10 @@ def parse_time(value: Any) -> datetime | None:
         return None
 
 
-def running_process_zero_pods(pods: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
-    """The running pods of JAX process 0's host: slice 0, host 0."""
+def running_process_zero_pods(pods: list[dict[str, Any]], phase: str = "Running"
+                              ) -> Iterator[dict[str, Any]]:
+    """The pods of JAX process 0's host (slice 0, host 0) in `phase`: running, or, once the
+    run has finished, Succeeded."""
     for pod in pods:
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}
@@ -265,7 +267,7 @@ def running_process_zero_pods(pods: list[dict[str, Any]]) -> Iterator[dict[str, 
         if str(labels.get(names.JOBSET_LABEL_JOB_INDEX, "0")) != "0" or str(index) != "0":
             continue
         # A pod being deleted is an attempt that ended (its process may still step on).
-        if (pod.get("status") or {}).get("phase") == "Running" and \
+        if (pod.get("status") or {}).get("phase") == phase and \
                 not meta.get("deletionTimestamp"):
             yield pod
 

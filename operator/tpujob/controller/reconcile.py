@@ -46,7 +46,11 @@ from tpujob.controller.observe import (
 from tpujob.controller.progress import fetch_progress, fetch_stacks
 from tpujob.controller.recovery import AttemptStart, after_a_stall, read_attempt_start
 from tpujob.controller.settings import OperatorSettings
-from tpujob.controller.trainer_reports import ProgressReading, read_final_timelines
+from tpujob.controller.trainer_reports import (
+    ProgressReading,
+    read_final_progress,
+    read_final_timelines,
+)
 from tpujob.validation import Verdict, validate_job
 
 log = logging.getLogger("tpujob.operator")
@@ -179,6 +183,18 @@ class Reconciler:
             self._forget_process_zero(js)  # look the pod up again next time
         return reading, problem
 
+    def _final_progress(self, ns: str, pods: list[dict[str, Any]], source: ProgressSpec
+                        ) -> tuple[ProgressReading | None, str | None]:
+        """Where a finished run ended: process 0's termination message (the built-in trainer
+        leaves its last figures there), or, for progress read from a log, that log once more."""
+        if source.source == ProgressSource.LOG:
+            where = find_process_zero_container(pods, phase="Succeeded")
+            if where is None:
+                return None, None
+            found = read_log_progress(self.read_log, ns, where, source)
+            return found.progress, found.problem
+        return read_final_progress(pods), None
+
     def _hosts(self, ns: str, name: str, js: JobSetState, stall_restarts: int
                ) -> HostsView | None:
         """The hosts of the running attempt (a JobSet restart or a stall restart starts a new
@@ -279,12 +295,16 @@ class Reconciler:
             changed = changed_fields(verdict.job.spec, annotation)
             spec_matches = not changed
         failure, finals, pods = None, (), None
+        progress, problem = None, None
         if js.exists and (js.failed or js.completed or js.restarts > prev.jobset_restarts):
             # The pods of the attempt that ended: why, and the timelines they left on exit.
             pods = self._list_pods(ns, name)
             if js.failed or js.restarts > prev.jobset_restarts:
                 failure = explain_failure(read_container_exits(pods))
             finals = read_final_timelines(pods)
+        if js.completed and verdict.valid:
+            # The last steps may have come after the last look at process 0's progress.
+            progress, problem = self._final_progress(ns, pods, verdict.job.spec.trainer.progress)
         workload, unscheduled = self._queue_and_placement(ns, name, js, prev, verdict, pods)
         attempt_start = self._attempt_start(ns, name, js, prev)
         if js.all_ready and after_a_stall(prev.recoveries) and (
@@ -293,7 +313,7 @@ class Reconciler:
             # (being torn down, their processes may step on): not every host of the new
             # attempt runs yet.
             js = dataclasses.replace(js, ready_jobs=0)
-        progress, problem, hosts = None, None, None
+        hosts = None
         if js.exists and js.all_ready and not js.suspended and not js.failed \
                 and not js.completed:
             source = verdict.job.spec.trainer.progress if verdict.valid else None

@@ -152,4 +152,19 @@ def read_final_timelines(pods: list[dict[str, Any]]) -> tuple[TimelineReading, .
                  for i, r in found)
 
 
-__all__ = ["ProgressReading", "TimelineReading", "read_final_timelines", "termination_document"]
+def read_final_progress(pods: list[dict[str, Any]]) -> ProgressReading | None:
+    """Process 0's last progress figures, left in its termination message as it exited (the
+    trainer's `progress` field); the furthest one when more than one pod left some, None when
+    none did (a program of one's own, or a trainer that was killed)."""
+    found = []
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            doc = termination_document((_terminated(cs) or {}).get("message") or "")
+            reading = ProgressReading.from_document(doc.get("progress")) if doc else None
+            if reading is not None:
+                found.append(reading)
+    return max(found, key=lambda r: r.step, default=None)
+
+
+__all__ = ["ProgressReading", "TimelineReading", "read_final_progress", "read_final_timelines",
+           "termination_document"]

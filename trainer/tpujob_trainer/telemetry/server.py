@@ -22,7 +22,7 @@ from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, Gauge, gen
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from tpujob_trainer.contract import PHASES, PROGRESS_FIELDS
+from tpujob_trainer.contract import FINAL_PROGRESS_FIELDS, PHASES, PROGRESS_FIELDS
 
 GAUGES = {
     "step": ("tpujob_train_step", "Optimizer steps completed."),
@@ -80,6 +80,13 @@ class Progress:
             providers = dict(self._providers)
         doc.update({k: p() for k, p in providers.items()})
         return doc
+
+    def final(self) -> dict[str, Any]:
+        """The figures process 0 leaves in its termination message as it exits
+        (FINAL_PROGRESS_FIELDS): the last steps may come after the operator's last read of
+        `/progress`, and a finished job's status shows where it ended, not where it was read."""
+        with self._lock:
+            return {k: self._doc.get(k) for k in FINAL_PROGRESS_FIELDS}
 
 
 class _SecondsCollector(Collector):
