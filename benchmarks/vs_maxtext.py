@@ -1,6 +1,7 @@
 """tpujob's trainer beside MaxText, in the same window, on the same model and the same work.
 
-    .venv/bin/python benchmarks/vs_maxtext.py [--rounds 3] [--steps 20] [--config NAME ...] [--write]
+    .venv/bin/python benchmarks/vs_maxtext.py [--rounds 3] [--steps 20] [--config NAME ...]
+        [--xla-max-isa AVX2] [--write [--out FILE]]
 
 MaxText runs from its own environment, built once outside the repository by
 `tools/maxtext_env.py` (Python 3.12, maxtext from PyPI with only what its pre-training entry
@@ -150,11 +151,22 @@ def figures(run: dict, flops: float, peaks: dict, dtype: str) -> dict:
 
 # -- the two sides -----------------------------------------------------------------------------
 
+# `--xla-max-isa`: XLA:CPU told to use no instruction newer than this (its --xla_cpu_max_isa),
+# on both sides and for the matmul peak alike.
+MAX_ISA: str | None = None
+
+
+def _isa_flags() -> str:
+    return f" --xla_cpu_max_isa={MAX_ISA}" if MAX_ISA else ""
+
+
 def base_env(devices: int) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k not in ("XLA_FLAGS", "PYTHONPATH")}
     env["JAX_PLATFORMS"] = "cpu"
-    if devices > 1:
-        env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    flags = (f"--xla_force_host_platform_device_count={devices}" if devices > 1 else "") \
+        + _isa_flags()
+    if flags.strip():
+        env["XLA_FLAGS"] = flags.strip()
     return env
 
 
@@ -216,6 +228,8 @@ def run_side(side: str, cfg: dict, steps: int, dump: str | None = None) -> dict:
 def peaks_now() -> dict:
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "trainer"), str(REPO)])}
     env.pop("XLA_FLAGS", None)
+    if MAX_ISA:
+        env["XLA_FLAGS"] = _isa_flags().strip()
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / "trainer_throughput.py"),
                            "--worker", "peak"], env=env, text=True, capture_output=True,
                           timeout=600)
@@ -323,6 +337,11 @@ def report(args, results: dict, work: dict, peaks: list[dict], command: str) -> 
         f"{marker['pins']['jaxlib']}, flax {marker['pins']['flax']}, optax "
         f"{marker['pins']['optax']} (the trainer's), from `tools/maxtext_env.py`.",
         "",
+        *([f"**XLA:CPU limited to {MAX_ISA}** (`--xla_cpu_max_isa={MAX_ISA}` on both sides and "
+           "for the matmul peak): the code XLA generates uses no newer instruction, so no "
+           "AVX-512; this machine's cores with that limit stand in for a CPU without AVX-512. It "
+           "is not another CPU kind (same caches, clocks and memory), and libraries that pick "
+           "their kernels at run time may not follow the limit.", ""] if MAX_ISA else []),
         "Model (both sides): emb 256, 8 layers, 4 query / 4 KV heads of 64, SwiGLU 1024, vocab "
         "8192, untied output layer, f32 weights, seq 256, global batch 8, AdamW, synthetic data, "
         "remat full. Each run is a fresh process as a user starts it; rounds alternate the sides "
@@ -424,8 +443,13 @@ def main() -> None:
     ap.add_argument("--config", action="append", choices=sorted(CONFIGS),
                     help="configurations to run (default: all three)")
     ap.add_argument("--no-equal-work", action="store_true", help="skip the equal-work runs")
+    ap.add_argument("--xla-max-isa", choices=("SSE4_2", "AVX", "AVX2", "AVX512"),
+                    help="tell XLA:CPU to use no instruction newer than this (both sides)")
     ap.add_argument("--write", action="store_true", help=f"write {RESULTS.relative_to(REPO)}")
+    ap.add_argument("--out", type=Path, default=RESULTS, help="the file --write writes")
     args = ap.parse_args()
+    global MAX_ISA
+    MAX_ISA = args.xla_max_isa
     if args.steps <= WARMUP + 1:
         raise SystemExit(f"--steps must be above {WARMUP + 1}")
     names = args.config or list(CONFIGS)
@@ -458,11 +482,14 @@ def main() -> None:
         [f" --rounds {args.rounds}" if args.rounds != 3 else "",
          f" --steps {args.steps}" if args.steps != 20 else "",
          *(f" --config {n}" for n in args.config or []),
-         " --no-equal-work" if args.no_equal_work else "", " --write"])
+         " --no-equal-work" if args.no_equal_work else "",
+         f" --xla-max-isa {args.xla_max_isa}" if args.xla_max_isa else "",
+         f" --out {args.out.resolve().relative_to(REPO)}" if args.out.resolve() != RESULTS
+         else "", " --write"])
     text = report(args, results, work, peaks, command)
     if args.write:
-        RESULTS.write_text(text)
-        print(f"wrote {RESULTS}", file=sys.stderr)
+        args.out.write_text(text)
+        print(f"wrote {args.out}", file=sys.stderr)
     print(text)
 
 
