@@ -7,9 +7,9 @@ import pytest
 
 from tpujob.local.apiserver.patch import (
     PatchError,
+    apply_conflicts,
     apply_json_patch,
     apply_merge_patch,
-    apply_conflicts,
     apply_server_side,
     conflict_message,
     forget_fields,

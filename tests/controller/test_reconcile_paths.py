@@ -29,9 +29,9 @@ from tpujob.controller.decide import Action, Decision, Observation
 from tpujob.controller.kube import ApiRefused, ApiUnavailable, KubeApi
 from tpujob.controller.metrics import OperatorMetrics
 from tpujob.controller.observe import JobSetState
-from tpujob.controller.trainer_reports import ProgressReading
 from tpujob.controller.reconcile import Outcome, Reconciler, _status_patch
 from tpujob.controller.settings import OperatorSettings
+from tpujob.controller.trainer_reports import ProgressReading
 from tpujob.gcp.errors import QuotaExceeded
 from tpujob.local.apiserver.podlogs import ContainerLog
 from tpujob.validation import validate_job

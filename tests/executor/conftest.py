@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 import yaml
+
 from tests.support.apiserver import *  # noqa: F401,F403
 from tests.support.apiserver import Kube, wait_for
-
 from tpujob.builders.jobset import build_children
 from tpujob.local.executor import Executor
 from tpujob.validation import validate_job

@@ -11,6 +11,7 @@ import os
 import signal
 
 import pytest
+
 from tests.executor.conftest import condition, custom_job, is_alive, terminated, unique
 from tests.support.apiserver import wait_for
 

@@ -9,6 +9,7 @@ import base64
 import sys
 
 import pytest
+
 from tests.executor.conftest import JOBSETS, condition, unique
 from tests.support.apiserver import wait_for
 

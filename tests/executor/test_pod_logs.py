@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from tests.executor.conftest import JOBSETS, unique
 from tests.support.apiserver import wait_for
 

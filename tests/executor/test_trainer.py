@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 
 import pytest
+
 from tests.executor.conftest import condition, terminated, unique
 
 pytestmark = pytest.mark.integration

@@ -13,8 +13,8 @@ from flax import nnx
 from tests.trainer.helpers import TINY_MODEL
 from tpujob_trainer.config import ModelConfig, OptimizerConfig
 from tpujob_trainer.models import Decoder
-from tpujob_trainer.models.decoder import _runs
 from tpujob_trainer.models.attention import causal_attention
+from tpujob_trainer.models.decoder import _runs
 from tpujob_trainer.models.layers import swiglu
 from tpujob_trainer.models.moe import MoE
 from tpujob_trainer.optim import build_optimizer
