@@ -338,10 +338,11 @@ def report(args, results: dict, work: dict, peaks: list[dict], command: str) -> 
         f"{marker['pins']['optax']} (the trainer's), from `tools/maxtext_env.py`.",
         "",
         *([f"**XLA:CPU limited to {MAX_ISA}** (`--xla_cpu_max_isa={MAX_ISA}` on both sides and "
-           "for the matmul peak): the code XLA generates uses no newer instruction, so no "
-           "AVX-512; this machine's cores with that limit stand in for a CPU without AVX-512. It "
-           "is not another CPU kind (same caches, clocks and memory), and libraries that pick "
-           "their kernels at run time may not follow the limit.", ""] if MAX_ISA else []),
+           "for the matmul peak): the code XLA generates (fusions, converts, reductions) uses no "
+           "newer instruction, so no AVX-512. The matmul library's kernels pick their "
+           "instructions at run time and need not follow the limit: compare the matmul peak with "
+           "an unlimited run's. This is not another CPU kind (same caches, clocks, memory and "
+           "matmul kernels).", ""] if MAX_ISA else []),
         "Model (both sides): emb 256, 8 layers, 4 query / 4 KV heads of 64, SwiGLU 1024, vocab "
         "8192, untied output layer, f32 weights, seq 256, global batch 8, AdamW, synthetic data, "
         "remat full. Each run is a fresh process as a user starts it; rounds alternate the sides "
