@@ -591,19 +591,23 @@ def test_progress_from_the_log_with_process_zero_looked_up_once(c, kube, tmp_pat
     assert job["status"]["progress"]["step"] == 9 and _pod_lists(c, before) == 1
 
 
-def _terminated(message: str) -> dict:
-    return {"phase": "Succeeded", "containerStatuses": [
+def _terminated(message: str, *, code: int = 0) -> dict:
+    return {"phase": "Failed" if code else "Succeeded", "containerStatuses": [
         {"name": "trainer", "image": "trainer:1", "imageID": "", "ready": False,
-         "restartCount": 0, "state": {"terminated": {"exitCode": 0, "message": message}}}]}
+         "restartCount": 0, "state": {"terminated": {"exitCode": code, "message": message}}}]}
 
 
-@pytest.mark.parametrize("left, step, loss", [
+FINAL = {"step": 10, "total_steps": 10, "loss": 2.1, "last_checkpoint_step": 10, "phase": "done"}
+
+
+@pytest.mark.parametrize("left, code, step, loss", [
     # Process 0 left its last figures as it exited: the status shows where the run ended.
-    ({"step": 10, "total_steps": 10, "loss": 2.1, "last_checkpoint_step": 10, "phase": "done"},
-     10, 2.1),
-    (None, 6, 2.4),  # it left none (killed, or a program of one's own): the last read stands
+    (FINAL, 0, 10, 2.1),
+    (None, 0, 6, 2.4),  # it left none (killed, or a program of one's own): the last read stands
+    # A run that failed for good: where it stopped (a NaN loss reads as no loss).
+    (FINAL | {"step": 8, "loss": float("nan"), "last_checkpoint_step": 5}, 6, 8, None),
 ])
-def test_a_finished_run_shows_the_step_it_ended_at(c, kube, progress, left, step, loss):
+def test_a_finished_run_shows_the_step_it_ended_at(c, kube, progress, left, code, step, loss):
     r = reconciler(kube)
     job, jobset = started(c, r, "ends")
     pod = add_pod(c, "ends", port=progress.port)["metadata"]["name"]
@@ -613,18 +617,20 @@ def test_a_finished_run_shows_the_step_it_ended_at(c, kube, progress, left, step
     assert job["status"]["progress"]["step"] == 6
     # Steps 7 to 10 and the final save come before the next look; the pod exits.
     progress.doc = None
-    message = json.dumps({"reason": "Completed", "message": "trained 10 steps"}
+    message = json.dumps({"reason": "NaNLoss" if code else "Completed", "message": "ended"}
                          | ({"progress": left} if left else {}))
-    c.patch(PODS + f"/{pod}/status", {"status": _terminated(message)})
-    jobset = c.set_jobset_status("ends", conditions=[DONE])
+    c.patch(PODS + f"/{pod}/status", {"status": _terminated(message, code=code)})
+    jobset = c.set_jobset_status("ends", conditions=[FAILED if code else DONE])
     job = r.reconcile(job, jobset).job
-    assert job["status"]["phase"] == "Succeeded"
+    assert job["status"]["phase"] == ("Failed" if code else "Succeeded")
     shown = job["status"]["progress"]
-    assert (shown["step"], shown["loss"], shown["lastCheckpointStep"]) == \
-        (step, loss, 10 if left else 5)
+    assert (shown["step"], shown.get("loss"), shown["lastCheckpointStep"]) == \
+        (step, loss, left["last_checkpoint_step"] if left else 5)
 
 
-def test_a_finished_run_whose_progress_is_in_its_log_reads_the_log_once_more(c, kube, tmp_path):
+@pytest.mark.parametrize("code", [0, 1])
+def test_a_finished_run_whose_progress_is_in_its_log_reads_the_log_once_more(c, kube, tmp_path,
+                                                                             code):
     logs = LogFiles(tmp_path)
     c.server.set_pod_logs(logs)
     r = reconciler(kube)
@@ -634,10 +640,10 @@ def test_a_finished_run_whose_progress_is_in_its_log_reads_the_log_once_more(c, 
     job = r.reconcile(job, jobset).job
     assert job["status"]["progress"]["step"] == 7
     logs.write(pod, '{"step": 7, "loss": 3.0}\n{"step": 9, "loss": 2.7}\ndone\n')
-    c.patch(PODS + f"/{pod}/status", {"status": _terminated("")})
-    jobset = c.set_jobset_status("ownends", conditions=[DONE])
+    c.patch(PODS + f"/{pod}/status", {"status": _terminated("", code=code)})
+    jobset = c.set_jobset_status("ownends", conditions=[FAILED if code else DONE])
     job = r.reconcile(job, jobset).job
-    assert job["status"]["phase"] == "Succeeded"
+    assert job["status"]["phase"] == ("Failed" if code else "Succeeded")
     assert (job["status"]["progress"]["step"], job["status"]["progress"]["loss"]) == (9, 2.7)
 
 

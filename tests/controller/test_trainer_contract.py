@@ -172,10 +172,11 @@ def test_every_final_figure_the_trainer_leaves_reaches_the_reading():
         trainer_phase="done")
 
 
-def _ended(message: str, *, earlier: bool = False) -> dict:
+def _ended(message: str, *, earlier: bool = False, attempt: str | None = None) -> dict:
     state = {"terminated": {"exitCode": 0, "message": message}}
-    return {"name": "trainer"} | ({"state": {"running": {}}, "lastState": state} if earlier
-                                  else {"state": state})
+    status = {"name": "trainer"} | ({"state": {"running": {}}, "lastState": state} if earlier
+                                    else {"state": state})
+    return status | ({"attempt": attempt} if attempt is not None else {})
 
 
 @pytest.mark.parametrize("statuses, step", [
@@ -190,9 +191,20 @@ def _ended(message: str, *, earlier: bool = False) -> dict:
     # More than one left figures (a pod of an earlier attempt kept): the furthest one.
     ([_ended('{"progress": {"step": 9}}'), _ended('{"progress": {"step": 12}}'),
       _ended('{"progress": {"step": 10}}')], 12),
+    # The newest JobSet attempt's, though an earlier one got further (it failed at step 45
+    # after resuming from 40; the one before reached 50).
+    ([_ended('{"progress": {"step": 50}}', attempt="1"),
+      _ended('{"progress": {"step": 45}}', attempt="2"),
+      _ended('{"progress": {"step": 30}}', attempt="0")], 45),
+    ([_ended('{"progress": {"step": 50}}', attempt="x"),
+      _ended('{"progress": {"step": 45}}', attempt="1")], 45),
 ])
 def test_the_final_progress_is_process_zeros_furthest(statuses, step):
-    pods = [{"status": {"containerStatuses": [s]}} for s in statuses] + [{}]
+    pods = [{"metadata": {"labels": {"jobset.sigs.k8s.io/restart-attempt": s.pop("attempt")}}
+             } if "attempt" in s else {} for s in statuses]
+    for pod, s in zip(pods, statuses, strict=True):
+        pod["status"] = {"containerStatuses": [s]}
+    pods.append({})
     reading = read_final_progress(pods)
     assert (reading.step if reading else None) == step
 

@@ -14,6 +14,7 @@ TPU_PROCESS_PORT = 8476  # libtpu's first per-process port where a host runs sev
 
 JOBSET_API_VERSION = "jobset.x-k8s.io/v1alpha2"
 JOBSET_LABEL_JOB_INDEX = "jobset.sigs.k8s.io/job-index"
+JOBSET_LABEL_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
 JOB_COMPLETION_INDEX_ANNOTATION = "batch.kubernetes.io/job-completion-index"
 EXCLUSIVE_TOPOLOGY = "alpha.jobset.sigs.k8s.io/exclusive-topology"
 NODEPOOL_LABEL = "cloud.google.com/gke-nodepool"

@@ -19,7 +19,7 @@ from tpujob.builders import names
 from tpujob.controller.trainer_reports import termination_document
 from tpujob_trainer.contract import SIGNAL_EXIT_BASE, Reason
 
-JOBSET_LABEL_RESTART_ATTEMPT = "jobset.sigs.k8s.io/restart-attempt"
+JOBSET_LABEL_RESTART_ATTEMPT = names.JOBSET_LABEL_RESTART_ATTEMPT
 # Waiting reasons that will not fix themselves: the pod can never start as written.
 STUCK_WAITING = {
     "CreateContainerConfigError": FailureReason.CONFIG_ERROR,

@@ -185,10 +185,12 @@ class Reconciler:
 
     def _final_progress(self, ns: str, pods: list[dict[str, Any]], source: ProgressSpec
                         ) -> tuple[ProgressReading | None, str | None]:
-        """Where a finished run ended: process 0's termination message (the built-in trainer
-        leaves its last figures there), or, for progress read from a log, that log once more."""
+        """Where a finished or failed run ended: process 0's termination message (the built-in
+        trainer leaves its last figures there), or, for progress read from a log, that log once
+        more."""
         if source.source == ProgressSource.LOG:
-            where = find_process_zero_container(pods, phase="Succeeded")
+            where = (find_process_zero_container(pods, phase="Succeeded")
+                     or find_process_zero_container(pods, phase="Failed"))
             if where is None:
                 return None, None
             found = read_log_progress(self.read_log, ns, where, source)
@@ -302,8 +304,9 @@ class Reconciler:
             if js.failed or js.restarts > prev.jobset_restarts:
                 failure = explain_failure(read_container_exits(pods))
             finals = read_final_timelines(pods)
-        if js.completed and verdict.valid:
-            # The last steps may have come after the last look at process 0's progress.
+        if (js.completed or js.failed) and verdict.valid:
+            # Where the run ended: its last steps may have come after the last look at process
+            # 0's progress.
             progress, problem = self._final_progress(ns, pods, verdict.job.spec.trainer.progress)
         workload, unscheduled = self._queue_and_placement(ns, name, js, prev, verdict, pods)
         attempt_start = self._attempt_start(ns, name, js, prev)

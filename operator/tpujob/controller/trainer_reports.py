@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpujob.api.status import GoodputAttempt, TrainerSeconds
+from tpujob.builders import names
 from tpujob_trainer.contract import (
     COMPILE_CACHE_OUTCOMES,
     GOODPUT_CATEGORIES,
@@ -154,16 +155,26 @@ def read_final_timelines(pods: list[dict[str, Any]]) -> tuple[TimelineReading, .
 
 def read_final_progress(pods: list[dict[str, Any]]) -> ProgressReading | None:
     """Process 0's last progress figures, left in its termination message as it exited (the
-    trainer's `progress` field); the furthest one when more than one pod left some, None when
-    none did (a program of one's own, or a trainer that was killed)."""
+    trainer's `progress` field): the newest JobSet attempt's, the furthest one where more than
+    one pod of it left some; None when none did (a program of one's own, a trainer that was
+    killed)."""
     found = []
     for pod in pods:
+        labels = (pod.get("metadata") or {}).get("labels") or {}
+        attempt = _count(_number(labels.get(names.JOBSET_LABEL_RESTART_ATTEMPT))) or 0
         for cs in (pod.get("status") or {}).get("containerStatuses") or []:
             doc = termination_document((_terminated(cs) or {}).get("message") or "")
             reading = ProgressReading.from_document(doc.get("progress")) if doc else None
             if reading is not None:
-                found.append(reading)
-    return max(found, key=lambda r: r.step, default=None)
+                found.append((attempt, reading.step, reading))
+    return max(found, key=lambda f: f[:2], default=(None,) * 3)[2]
+
+
+def _number(text: Any) -> int | None:
+    try:
+        return int(str(text))
+    except ValueError:
+        return None
 
 
 __all__ = ["ProgressReading", "TimelineReading", "read_final_progress", "read_final_timelines",
