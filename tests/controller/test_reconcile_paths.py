@@ -566,13 +566,20 @@ def test_process_zero_is_forgotten_with_its_job_and_with_its_attempt(c, kube):
     assert r._process_zero == {}
 
 
-def test_progress_from_the_log_with_process_zero_looked_up_once(c, kube, tmp_path):
+def _read_from_log(c: Cluster, kube: KubeApi, tmp_path: Path, name: str):
+    """A job whose progress is read from process 0's log, started, process 0's pod running and
+    its log saying step 7: (reconciler, job, JobSet, the logs, the pod's name)."""
     logs = LogFiles(tmp_path)
     c.server.set_pod_logs(logs)
     r = reconciler(kube)
-    job, jobset = started(c, r, "own", trainer=LOG_PROGRESS)
-    first = add_pod(c, "own")["metadata"]["name"]
-    logs.write(first, '{"step": 7, "loss": 3.0}\n')
+    job, jobset = started(c, r, name, trainer=LOG_PROGRESS)
+    pod = add_pod(c, name)["metadata"]["name"]
+    logs.write(pod, '{"step": 7, "loss": 3.0}\n')
+    return r, job, jobset, logs, pod
+
+
+def test_progress_from_the_log_with_process_zero_looked_up_once(c, kube, tmp_path):
+    r, job, jobset, logs, first = _read_from_log(c, kube, tmp_path, "own")
     before = mark(c)
     job = r.reconcile(job, jobset).job
     assert job["status"]["progress"]["step"] == 7
@@ -631,12 +638,7 @@ def test_a_finished_run_shows_the_step_it_ended_at(c, kube, progress, left, code
 @pytest.mark.parametrize("code", [0, 1])
 def test_a_finished_run_whose_progress_is_in_its_log_reads_the_log_once_more(c, kube, tmp_path,
                                                                              code):
-    logs = LogFiles(tmp_path)
-    c.server.set_pod_logs(logs)
-    r = reconciler(kube)
-    job, jobset = started(c, r, "ownends", trainer=LOG_PROGRESS)
-    pod = add_pod(c, "ownends")["metadata"]["name"]
-    logs.write(pod, '{"step": 7, "loss": 3.0}\n')
+    r, job, jobset, logs, pod = _read_from_log(c, kube, tmp_path, "ownends")
     job = r.reconcile(job, jobset).job
     assert job["status"]["progress"]["step"] == 7
     logs.write(pod, '{"step": 7, "loss": 3.0}\n{"step": 9, "loss": 2.7}\ndone\n')
