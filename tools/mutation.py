@@ -150,6 +150,7 @@ MODULES: dict[str, list[str]] = {
                                                 "tests/controller/test_verdict_cache.py",
                                                 "tests/controller/test_reconcile_hosts.py",
                                                 "tests/controller/test_reconcile_recovery.py"],
+    "operator/tpujob/local/session/display.py": ["tests/e2e/test_display_unit.py"],
     "operator/tpujob/controller/log_source.py": [
         "tests/progress/test_log_source_unit.py",
         "tests/controller/test_reconcile_paths.py::test_the_log_is_read_through_the_reader_given"],

@@ -10,9 +10,12 @@ import pytest
 
 from tpujob.local.session.display import (
     Display,
+    _fmt_count,
+    _fmt_duration,
     build_bar,
     build_event_line,
     build_job_line,
+    tokens_per_step,
 )
 from tpujob.local.session.manifests import ManifestError, load_documents
 
@@ -115,3 +118,40 @@ def test_the_line_says_what_the_trainer_does_before_its_first_step(trainer_phase
     training = job(step=3)
     training["status"]["progress"]["trainerPhase"] = "training"
     assert "3/60" in build_job_line(training, 12)
+    # Finished: the trainer's last word is "done", and the line shows where the run ended.
+    done = job(step=60)
+    done["status"]["phase"] = "Succeeded"
+    done["status"]["progress"] |= {"trainerPhase": "done", "lastCheckpointStep": 60}
+    line = build_job_line(done, 40, bar=False)
+    assert line.startswith("quickstart  Succeeded   60/60  loss ") and "ckpt 60" in line
+
+
+@pytest.mark.parametrize("x, shown", [
+    (999, "999"), (1000, "1.0k"), (999_999, "1000.0k"), (1_000_000, "1.0M"), (1_400_000, "1.4M"),
+])
+def test_counts(x, shown):
+    assert _fmt_count(x) == shown
+
+
+@pytest.mark.parametrize("seconds, shown", [
+    (-5, "0:00"), (0, "0:00"), (59.9, "0:59"), (61, "1:01"), (3600, "1:00:00"), (3725, "1:02:05"),
+])
+def test_durations(seconds, shown):
+    assert _fmt_duration(seconds) == shown
+
+
+def test_tokens_per_step_needs_both_the_batch_and_the_sequence():
+    assert tokens_per_step(job()) == 16 * 128
+    unsized = job()
+    del unsized["spec"]["trainer"]["config"]["train"]["seq_len"]
+    assert tokens_per_step(unsized) is None
+    unsized["spec"]["trainer"]["config"]["train"] = {"seq_len": 128}
+    assert tokens_per_step(unsized) is None
+
+
+def test_a_progress_without_a_step_reads_as_step_zero_and_a_failure_without_a_cause():
+    bare = job(step=1)
+    del bare["status"]["progress"]["step"]
+    assert "  0/60  " in build_job_line(bare, 5, bar=False)
+    failed = job(phase="Failed")
+    assert build_job_line(failed, 5) == "quickstart  Failed      0:05"

@@ -12,6 +12,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, TextIO
 
+from tpujob_trainer.contract import NOT_TRAINING_PHASES
+
 BAR_WIDTH = 24
 
 
@@ -53,13 +55,14 @@ def build_job_line(job: dict[str, Any], elapsed_s: float, bar: bool = True) -> s
     progress = status.get("progress") or {}
     parts = [f"{name}  {phase:<10}"]
     step, total = int(progress.get("step") or 0), progress.get("totalSteps")
-    doing = progress.get("trainerPhase")
-    if phase in ("Running", "Restarting") and doing and doing != "training":
-        # Not stepping yet: say what it does instead of sitting at 0/N.
-        parts.append(doing)
+    # Not stepping yet (starting, initializing, compiling): say what it does instead of
+    # sitting at 0/N. Training or done, the step figures.
+    before_steps = progress.get("trainerPhase") in NOT_TRAINING_PHASES
+    if phase in ("Running", "Restarting") and before_steps:
+        parts.append(progress["trainerPhase"])
     elif phase == "Running" and not progress:
         parts.append("starting")
-    if progress and not (doing and doing != "training"):
+    if progress and not before_steps:
         if bar:
             parts.append(build_bar(step, total))
         parts.append(f"{step}/{total}" if total else f"step {step}")
