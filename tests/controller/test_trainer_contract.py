@@ -173,15 +173,18 @@ def test_every_final_figure_the_trainer_leaves_reaches_the_reading():
 
 
 def _ended(message: str, *, earlier: bool = False, attempt: str | None = None) -> dict:
+    """A pod whose trainer container ended with `message` (`earlier`: and runs again)."""
     state = {"terminated": {"exitCode": 0, "message": message}}
     status = {"name": "trainer"} | ({"state": {"running": {}}, "lastState": state} if earlier
                                     else {"state": state})
-    return status | ({"attempt": attempt} if attempt is not None else {})
+    labels = {} if attempt is None else {"jobset.sigs.k8s.io/restart-attempt": attempt}
+    return {"metadata": {"labels": labels}, "status": {"containerStatuses": [status]}}
 
 
-@pytest.mark.parametrize("statuses, step", [
+@pytest.mark.parametrize("pods, step", [
     ([], None),
-    ([{"name": "trainer", "state": {"running": {}}}], None),
+    ([{}, {"status": {"containerStatuses": [{"name": "trainer", "state": {"running": {}}}]}}],
+     None),
     ([_ended("")], None),
     ([_ended("Error: not the trainer's line")], None),
     ([_ended('{"reason": "Completed", "goodput": {"attempt": "a", "step": 9}}')], None),
@@ -196,15 +199,13 @@ def _ended(message: str, *, earlier: bool = False, attempt: str | None = None) -
     ([_ended('{"progress": {"step": 50}}', attempt="1"),
       _ended('{"progress": {"step": 45}}', attempt="2"),
       _ended('{"progress": {"step": 30}}', attempt="0")], 45),
+    # The same step twice (two containers of process 0's pod, one restarted in place): either.
+    ([_ended('{"progress": {"step": 9, "loss": 2.0}}'),
+      _ended('{"progress": {"step": 9, "loss": 2.1}}')], 9),
     ([_ended('{"progress": {"step": 50}}', attempt="x"),
       _ended('{"progress": {"step": 45}}', attempt="1")], 45),
 ])
-def test_the_final_progress_is_process_zeros_furthest(statuses, step):
-    pods = [{"metadata": {"labels": {"jobset.sigs.k8s.io/restart-attempt": s.pop("attempt")}}
-             } if "attempt" in s else {} for s in statuses]
-    for pod, s in zip(pods, statuses, strict=True):
-        pod["status"] = {"containerStatuses": [s]}
-    pods.append({})
+def test_the_final_progress_is_process_zeros_furthest(pods, step):
     reading = read_final_progress(pods)
     assert (reading.step if reading else None) == step
 

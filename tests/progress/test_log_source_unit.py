@@ -38,10 +38,11 @@ def test_process_zero_container(pods, expected):
 
 @pytest.mark.parametrize("pods, expected", [
     ([_pod("a"), _pod("b", phase="Succeeded")], ("b", "trainer")),
-    ([_pod("a", index="1", phase="Succeeded"), _pod("b", phase="Failed")], None),
+    ([_pod("a"), _pod("b", phase="Failed")], ("b", "trainer")),
+    ([_pod("a", index="1", phase="Succeeded"), _pod("b", phase="Pending")], None),
 ])
 def test_process_zero_container_of_a_finished_run(pods, expected):
-    assert find_process_zero_container(pods, phase="Succeeded") == expected
+    assert find_process_zero_container(pods, phases=("Succeeded", "Failed")) == expected
 
 
 MAXTEXT = ProgressSpec(source="log", format="maxtext")

@@ -28,8 +28,8 @@ figures and the largest buffers in benchmarks/results/hbm_compiled.json):
   hidden width (`tpujob_plan.mlp_chunks`), a unit counts MLP_CHUNKED_SHARE of its MLP columns
   divided by the chunks (the compiled saving is about half of dividing them all), and the
   layer's backward holds the input's gradient in float32 beside them (the chunks' sum). Under
-  `none` and `minimal` too (0 units there), the weights
-  and those gradients set the least the workspace holds: a large model on few tokens.
+  `none` and `minimal` too (0 units there), the weights and those gradients set the least the
+  workspace holds: a large model on few tokens.
 - `gradients`: the optimizer's update holds every parameter's gradient (param dtype) beside the
   state, once the backward's buffers are gone; counted only where that is more than the backward
   holds (a large model over few devices). At the backward's peak the layers' gradients are not

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tpujob.api.trainer_spec import ProgressSpec
-from tpujob.controller.observe import running_process_zero_pods
+from tpujob.controller.observe import process_zero_pods
 from tpujob.controller.trainer_reports import ProgressReading
 from tpujob.log_progress import LogFormatError, latest_progress
 
@@ -34,11 +34,12 @@ class LogReading:
     missing: bool = False
 
 
-def find_process_zero_container(pods: list[dict[str, Any]], phase: str = "Running"
+def find_process_zero_container(pods: list[dict[str, Any]],
+                                phases: tuple[str, ...] = ("Running",)
                                 ) -> tuple[str, str] | None:
     """(pod name, container name) of JAX process 0: slice 0, host 0, first container, of a pod
-    in `phase`; None until that pod runs."""
-    for pod in running_process_zero_pods(pods, phase):
+    in one of `phases`; None until that pod runs."""
+    for pod in process_zero_pods(pods, phases):
         name = (pod.get("metadata") or {}).get("name")
         containers = (pod.get("spec") or {}).get("containers") or []
         if containers and name:

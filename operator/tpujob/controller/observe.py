@@ -254,10 +254,10 @@ def parse_time(value: Any) -> datetime | None:
         return None
 
 
-def running_process_zero_pods(pods: list[dict[str, Any]], phase: str = "Running"
-                              ) -> Iterator[dict[str, Any]]:
-    """The pods of JAX process 0's host (slice 0, host 0) in `phase`: running, or, once the
-    run has finished, Succeeded."""
+def process_zero_pods(pods: list[dict[str, Any]], phases: tuple[str, ...] = ("Running",)
+                      ) -> Iterator[dict[str, Any]]:
+    """The pods of JAX process 0's host (slice 0, host 0) in one of `phases`: running, or,
+    once the run has ended, Succeeded or Failed."""
     for pod in pods:
         meta = pod.get("metadata") or {}
         labels = meta.get("labels") or {}
@@ -267,7 +267,7 @@ def running_process_zero_pods(pods: list[dict[str, Any]], phase: str = "Running"
         if str(labels.get(names.JOBSET_LABEL_JOB_INDEX, "0")) != "0" or str(index) != "0":
             continue
         # A pod being deleted is an attempt that ended (its process may still step on).
-        if (pod.get("status") or {}).get("phase") == phase and \
+        if (pod.get("status") or {}).get("phase") in phases and \
                 not meta.get("deletionTimestamp"):
             yield pod
 
@@ -275,7 +275,7 @@ def running_process_zero_pods(pods: list[dict[str, Any]], phase: str = "Running"
 def find_process_zero(pods: list[dict[str, Any]]) -> tuple[str, int] | None:
     """(pod IP, metrics port) of JAX process 0: slice 0, host 0, first container; None until that
     pod runs with an IP."""
-    for pod in running_process_zero_pods(pods):
+    for pod in process_zero_pods(pods):
         status = pod.get("status") or {}
         if not status.get("podIP"):
             continue

@@ -189,8 +189,7 @@ class Reconciler:
         trainer leaves its last figures there), or, for progress read from a log, that log once
         more."""
         if source.source == ProgressSource.LOG:
-            where = (find_process_zero_container(pods, phase="Succeeded")
-                     or find_process_zero_container(pods, phase="Failed"))
+            where = find_process_zero_container(pods, phases=("Succeeded", "Failed"))
             if where is None:
                 return None, None
             found = read_log_progress(self.read_log, ns, where, source)
@@ -304,10 +303,11 @@ class Reconciler:
             if js.failed or js.restarts > prev.jobset_restarts:
                 failure = explain_failure(read_container_exits(pods))
             finals = read_final_timelines(pods)
-        if (js.completed or js.failed) and verdict.valid:
-            # Where the run ended: its last steps may have come after the last look at process
-            # 0's progress.
-            progress, problem = self._final_progress(ns, pods, verdict.job.spec.trainer.progress)
+            if (js.completed or js.failed) and verdict.valid:
+                # Where the run ended: its last steps may have come after the last look at
+                # process 0's progress.
+                progress, problem = self._final_progress(ns, pods,
+                                                         verdict.job.spec.trainer.progress)
         workload, unscheduled = self._queue_and_placement(ns, name, js, prev, verdict, pods)
         attempt_start = self._attempt_start(ns, name, js, prev)
         if js.all_ready and after_a_stall(prev.recoveries) and (

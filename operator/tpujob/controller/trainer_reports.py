@@ -9,6 +9,7 @@ The field names are the trainer's (`tpujob_trainer.contract`); tests tie each re
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -136,17 +137,26 @@ def _terminated(container_status: dict[str, Any]) -> dict[str, Any] | None:
     return state.get("terminated") or (container_status.get("lastState") or {}).get("terminated")
 
 
+def _exit_documents(pods: list[dict[str, Any]]
+                    ) -> Iterator[tuple[dict[str, Any], dict[str, Any]]]:
+    """(pod, document) of every container of `pods` that ended with a trainer's termination
+    message."""
+    for pod in pods:
+        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+            doc = termination_document((_terminated(cs) or {}).get("message") or "")
+            if doc is not None:
+                yield pod, doc
+
+
 def read_final_timelines(pods: list[dict[str, Any]]) -> tuple[TimelineReading, ...]:
     """The goodput timelines trainer processes left in their termination messages as they
     exited (process 0's first: its seconds are the ones read while it ran)."""
     found: list[tuple[int, TimelineReading]] = []
-    for pod in pods:
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            doc = termination_document((_terminated(cs) or {}).get("message") or "")
-            reading = TimelineReading.from_document(doc.get("goodput") if doc else None)
-            if reading is not None:
-                index = doc["goodput"].get("process_index")
-                found.append((index if isinstance(index, int) else 1 << 30, reading))
+    for _, doc in _exit_documents(pods):
+        reading = TimelineReading.from_document(doc.get("goodput"))
+        if reading is not None:
+            index = doc["goodput"].get("process_index")
+            found.append((index if isinstance(index, int) else 1 << 30, reading))
     found.sort(key=lambda item: item[0])
     # Only process 0's seconds stand; the others add their furthest step.
     return tuple(r if i == 0 else TimelineReading(attempt=r.attempt, step=r.step)
@@ -159,22 +169,18 @@ def read_final_progress(pods: list[dict[str, Any]]) -> ProgressReading | None:
     one pod of it left some; None when none did (a program of one's own, a trainer that was
     killed)."""
     found = []
-    for pod in pods:
-        labels = (pod.get("metadata") or {}).get("labels") or {}
-        attempt = _count(_number(labels.get(names.JOBSET_LABEL_RESTART_ATTEMPT))) or 0
-        for cs in (pod.get("status") or {}).get("containerStatuses") or []:
-            doc = termination_document((_terminated(cs) or {}).get("message") or "")
-            reading = ProgressReading.from_document(doc.get("progress")) if doc else None
-            if reading is not None:
-                found.append((attempt, reading.step, reading))
-    return max(found, key=lambda f: f[:2], default=(None,) * 3)[2]
+    for pod, doc in _exit_documents(pods):
+        reading = ProgressReading.from_document(doc.get("progress"))
+        if reading is not None:
+            found.append((_restart_attempt(pod), reading.step, reading))
+    return max(found, key=lambda f: f[:2])[2] if found else None
 
 
-def _number(text: Any) -> int | None:
-    try:
-        return int(str(text))
-    except ValueError:
-        return None
+def _restart_attempt(pod: dict[str, Any]) -> int:
+    """The JobSet attempt a pod belongs to (its restart-attempt label); 0 when not said."""
+    labels = (pod.get("metadata") or {}).get("labels") or {}
+    text = str(labels.get(names.JOBSET_LABEL_RESTART_ATTEMPT, ""))
+    return int(text) if text.isdigit() else 0
 
 
 __all__ = ["ProgressReading", "TimelineReading", "read_final_progress", "read_final_timelines",
