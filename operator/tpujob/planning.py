@@ -15,10 +15,12 @@ import yaml
 from pydantic import ValidationError
 
 from tpujob_plan.errors import PlanError
+from tpujob_plan.gpu_plan import GpuPlan, Launcher
+from tpujob_plan.hardware import HardwarePlan, plan_hardware
 from tpujob_plan.memory import MemoryEstimate, MemoryRequest
 from tpujob_plan.mesh import MeshPlan, batch_split_error, parse_axes, plan_mesh
 from tpujob_plan.model_shape import PRESETS, ModelShape
-from tpujob_plan.slice_plan import SlicePlan, plan_slice
+from tpujob_plan.slice_plan import SlicePlan
 
 DEFAULT_SEQ_LEN = 2048
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)
@@ -54,6 +56,8 @@ class PlanRequest:
     """Everything `tpujob plan` was asked, parsed and checked."""
 
     slices: int = 1
+    nodes: int | None = None
+    launcher: str = "jax"
     machine_type: str | None = None
     containers_per_host: int | None = None
     ici: dict[str, int] | None = None
@@ -78,7 +82,9 @@ class PlanRequest:
                                  seq_len=args.seq or seq or DEFAULT_SEQ_LEN,
                                  remat=args.remat, optimizer=args.optimizer,
                                  grad_accum=args.grad_accum, **numerics)
-        return cls(slices=args.slices, machine_type=args.machine_type,
+        return cls(slices=args.slices, nodes=getattr(args, "nodes", None),
+                   launcher=getattr(args, "launcher", None) or "jax",
+                   machine_type=args.machine_type,
                    containers_per_host=getattr(args, "containers_per_host", None),
                    ici=parse_axes(args.ici, field="--ici") if args.ici else None,
                    dcn=parse_axes(args.dcn, field="--dcn") if args.dcn else None,
@@ -94,7 +100,7 @@ class SliceResult:
     """The plan for one requested slice name, or why there is none."""
 
     requested: str
-    plan: SlicePlan | None = None
+    plan: HardwarePlan | None = None
     mesh: MeshPlan | None = None
     mesh_requested: bool = False
     memory: MemoryEstimate | None = None
@@ -116,7 +122,19 @@ class SliceResult:
     def to_dict(self) -> dict:
         p = self.plan
         assert p is not None, "only planned slices have a dict form"
-        out = {
+        out = gpu_dict(self.requested, p) if p.is_gpu else self._slice_dict(p)
+        if self.mesh_requested and self.mesh is not None:
+            out["mesh"] = self.mesh.to_dict()
+        if self.memory is not None and self.model is not None:
+            out["memory"] = self.memory.to_dict() | {
+                "model": self.model.label, "params": self.model.shape.total_params,
+                "globalBatch": self._global_batch(), "seqLen": self.model.seq_len}
+            if self.batch_error:
+                out["memory"]["batchError"] = self.batch_error
+        return out
+
+    def _slice_dict(self, p: SlicePlan) -> dict:
+        return {
             "name": p.slice_type.name,
             "requested": self.requested,
             "generation": p.generation.prefix,
@@ -146,19 +164,27 @@ class SliceResult:
                          "chipsPerContainer": lp.chips_per_container,
                          "processes": lp.processes} for lp in layouts(p)],
         }
-        if self.mesh_requested and self.mesh is not None:
-            out["mesh"] = self.mesh.to_dict()
-        if self.memory is not None and self.model is not None:
-            out["memory"] = self.memory.to_dict() | {
-                "model": self.model.label, "params": self.model.shape.total_params,
-                "globalBatch": self._global_batch(), "seqLen": self.model.seq_len}
-            if self.batch_error:
-                out["memory"]["batchError"] = self.batch_error
-        return out
 
     def _global_batch(self) -> int:
         assert self.plan is not None and self.model is not None
         return self.model.global_batch or self.plan.devices
+
+
+def gpu_dict(requested: str, p: GpuPlan) -> dict:
+    """`tpujob plan -o json`'s answer for GPU nodes."""
+    m = p.machine
+    return {
+        "name": m.name, "requested": requested, "series": m.series, "gpu": m.gpu,
+        "xpkDeviceType": m.device_type, "acceleratorLabel": m.accelerator_label,
+        "machineType": m.name, "topology": p.topology, "nodes": p.nodes,
+        "gpusPerNode": m.gpus_per_node, "totalGpus": p.devices, "launcher": p.launcher.value,
+        "processesPerNode": p.processes_per_node, "processes": p.processes,
+        "gpuMemoryPerGpuGiB": round(p.hbm_bytes_per_device / 2**30, 3),
+        "peakTflopsPerGpu": p.peak_tflops_per_device, "network": m.network.value,
+        "gpuNics": m.gpu_nics, "nodeSelector": p.node_selector,
+        "resources": p.container_resources,
+        "launchers": {lp.value: replace(p, launcher=lp).processes for lp in Launcher},
+    }
 
 
 def layouts(plan: SlicePlan) -> list[SlicePlan]:
@@ -169,12 +195,14 @@ def layouts(plan: SlicePlan) -> list[SlicePlan]:
 def plan_one(slice_name: str, request: PlanRequest) -> SliceResult:
     """Plan one slice name. Invalid names give a result with `error`, never an exception."""
     try:
-        plan = plan_slice(slice_name, slices=request.slices, machine_type=request.machine_type,
-                          containers_per_host=request.containers_per_host)
+        plan = plan_hardware(slice_name, slices=request.slices, nodes=request.nodes,
+                             machine_type=request.machine_type,
+                             containers_per_host=request.containers_per_host,
+                             launcher=request.launcher)
     except PlanError as err:
-        return SliceResult(requested=slice_name, error=err.message)
-    mesh = plan_mesh(request.ici, request.dcn, devices_per_slice=plan.slice_type.devices,
-                     num_slices=plan.slices, physical_dims=plan.physical_mesh)
+        return SliceResult(requested=slice_name, error=_cli_message(err))
+    mesh = plan_mesh(request.ici, request.dcn, devices_per_slice=plan.mesh_granule_devices,
+                     num_slices=plan.mesh_granules, physical_dims=plan.physical_mesh)
     result = SliceResult(requested=slice_name, plan=plan, mesh=mesh,
                          mesh_requested=request.has_mesh)
     if request.model is None:
@@ -188,9 +216,18 @@ def plan_one(slice_name: str, request: PlanRequest) -> SliceResult:
                        memory=_estimate(plan, axes, model), batch_error=batch_error)
 
 
-def _estimate(plan: SlicePlan, axes: dict[str, int], model: ModelRequest) -> MemoryEstimate:
+def _cli_message(err: PlanError) -> str:
+    """A planner's message with the command-line option it is about, where it names one."""
+    option = {"slices": "--slices", "nodes": "--nodes", "machineType": "--machine-type",
+              "containersPerHost": "--containers-per-host", "launcher": "--launcher"}
+    if err.field in option and not err.message.startswith(option[err.field]):
+        return f"{option[err.field]}: {err.message}"
+    return err.message
+
+
+def _estimate(plan: HardwarePlan, axes: dict[str, int], model: ModelRequest) -> MemoryEstimate:
     return model.memory_request(plan.devices).estimate(axes, plan.hbm_bytes_per_device,
-                                                       plan.generation.prefix)
+                                                       plan.memory_generation)
 
 
 def plan_many(slice_names: list[str], request: PlanRequest) -> list[SliceResult]:

@@ -21,13 +21,14 @@ from typing import Any
 from tpujob.api.patterns import DNS_LABEL_PATTERN
 from tpujob.api.resource import InvalidJobError, TpuTrainingJob, load_job
 from tpujob.builders.invocation import build_invocation
+from tpujob.builders.launchers import launcher_problem
 from tpujob.builders.names import host_fqdn
 from tpujob.builders.scheduling import topology_problem
 from tpujob.maxtext_args import CHECKED_AXES, read_maxtext_settings
 from tpujob_plan.errors import PlanError
+from tpujob_plan.hardware import HardwarePlan, plan_hardware
 from tpujob_plan.memory import REMAT_POLICIES
 from tpujob_plan.mesh import MeshPlan, batch_split_error, format_axes, plan_mesh
-from tpujob_plan.slice_plan import SlicePlan, plan_slice
 
 GIB = 1024**3
 MAX_HOSTNAME = 63  # a pod's host name is a DNS label
@@ -50,7 +51,7 @@ class Verdict:
     field: str | None = None
     message: str = ""
     job: TpuTrainingJob | None = None
-    plan: SlicePlan | None = None
+    plan: HardwarePlan | None = None
     mesh: MeshPlan | None = None
     checked: str = "slice, mesh, trainer config and memory checked"  # what a valid job passed
     trainer_config: Any = None  # the built-in trainer's config as checked (a TrainerConfig)
@@ -97,12 +98,18 @@ def validate_job(obj: dict[str, Any]) -> Verdict:
         return Verdict.refuse("InvalidName", "metadata.name", problem, job=job)
     spec = job.spec
     try:
-        plan = plan_slice(spec.slice, slices=spec.slices, machine_type=spec.machine_type,
-                          containers_per_host=spec.containers_per_host, field="spec.slice")
+        plan = plan_hardware(spec.slice, slices=spec.slices, nodes=spec.nodes,
+                             machine_type=spec.machine_type,
+                             containers_per_host=spec.containers_per_host,
+                             launcher=spec.trainer.launcher, field="spec.slice")
     except PlanError as err:
-        field = {"slices": "spec.slices", "machineType": "spec.machineType",
+        field = {"slices": "spec.slices", "nodes": "spec.nodes",
+                 "machineType": "spec.machineType", "launcher": "spec.trainer.launcher",
                  "containersPerHost": "spec.containersPerHost"}.get(err.field, err.field)
         return Verdict.refuse("InvalidSlice", field, err.message, job=job)
+    problem = _gpu_problem(spec, plan)
+    if problem:
+        return Verdict.refuse("InvalidLauncher", problem[0], problem[1], job=job, plan=plan)
     longest = host_fqdn(job.metadata.get("name", ""), plan.slices - 1, plan.hosts - 1)
     if len(longest.split(".", 1)[0]) > MAX_HOSTNAME:
         return Verdict.refuse(
@@ -115,7 +122,7 @@ def validate_job(obj: dict[str, Any]) -> Verdict:
     if placement:
         return Verdict.refuse("InvalidTopology", placement[0], placement[1], job=job, plan=plan)
     mesh = plan_mesh(spec.parallelism.ici_sizes or None, spec.parallelism.dcn_sizes or None,
-                     devices_per_slice=plan.slice_type.devices, num_slices=plan.slices,
+                     devices_per_slice=plan.mesh_granule_devices, num_slices=plan.mesh_granules,
                      physical_dims=plan.physical_mesh, field="spec.parallelism")
     if not mesh.valid:
         return _refuse_mesh(mesh, mesh.field or "spec.parallelism", job, plan)
@@ -124,7 +131,22 @@ def validate_job(obj: dict[str, Any]) -> Verdict:
     return _validate_trainer(job, plan, mesh)
 
 
-def _refuse_mesh(mesh: MeshPlan, field: str, job: TpuTrainingJob, plan: SlicePlan,
+def _gpu_problem(spec, plan: HardwarePlan) -> tuple[str, str] | None:
+    """(field, message) where the job's GPU settings do not fit its hardware."""
+    if not plan.is_gpu:
+        if spec.gpu_networks is not None:
+            return ("spec.gpuNetworks", f"names the networks of GPU NICs; {spec.slice} is a TPU "
+                                        f"slice: remove it")
+        return None
+    networks = spec.gpu_networks
+    if networks is not None and len(networks) != plan.machine.gpu_nics:
+        return ("spec.gpuNetworks",
+                f"a {plan.name} node has {plan.machine.gpu_nics} GPU NICs, one network each; "
+                f"got {len(networks)} ({', '.join(networks)})")
+    return launcher_problem(spec.trainer, spec.env, plan)
+
+
+def _refuse_mesh(mesh: MeshPlan, field: str, job: TpuTrainingJob, plan: HardwarePlan,
                  written: str = "") -> Verdict:
     hint = ""
     if mesh.suggestions:
@@ -136,7 +158,7 @@ def _refuse_mesh(mesh: MeshPlan, field: str, job: TpuTrainingJob, plan: SlicePla
                           mesh=mesh)
 
 
-def _validate_own_trainer(job: TpuTrainingJob, plan: SlicePlan, mesh: MeshPlan) -> Verdict:
+def _validate_own_trainer(job: TpuTrainingJob, plan: HardwarePlan, mesh: MeshPlan) -> Verdict:
     """A program of the job's own: MaxText's mesh and batch settings, where its command line
     has them, get the built-in trainer's checks; otherwise the verdict says what was not
     checked."""
@@ -155,8 +177,8 @@ def _validate_own_trainer(job: TpuTrainingJob, plan: SlicePlan, mesh: MeshPlan) 
         return Verdict(True, job=job, plan=plan, mesh=mesh, checked=(
             f"slice checked; mesh and batch not checked: {axes} is an axis the check does not "
             f"model (it knows {', '.join(CHECKED_AXES)})"))
-    own = plan_mesh(mt.ici, mt.dcn, devices_per_slice=plan.slice_type.devices,
-                    num_slices=plan.slices, physical_dims=plan.physical_mesh,
+    own = plan_mesh(mt.ici, mt.dcn, devices_per_slice=plan.mesh_granule_devices,
+                    num_slices=plan.mesh_granules, physical_dims=plan.physical_mesh,
                     field="parallelism")
     if not own.valid:
         written = f"MaxText's {' '.join(w for w in mt.words if 'parallelism' in w) or 'defaults'}"
@@ -195,7 +217,7 @@ def _name_problem(name: Any) -> str | None:
     return None
 
 
-def _validate_trainer(job: TpuTrainingJob, plan: SlicePlan, mesh: MeshPlan) -> Verdict:
+def _validate_trainer(job: TpuTrainingJob, plan: HardwarePlan, mesh: MeshPlan) -> Verdict:
     from tpujob_trainer.config import ConfigError, TrainerConfig
 
     spec = job.spec
@@ -211,7 +233,7 @@ def _validate_trainer(job: TpuTrainingJob, plan: SlicePlan, mesh: MeshPlan) -> V
         return Verdict.refuse("InvalidBatch", "spec.trainer.config.train.global_batch",
                               batch_error, job=job, plan=plan, mesh=mesh)
     estimate = config.memory_request().estimate(mesh.axes, plan.hbm_bytes_per_device,
-                                                plan.generation.prefix)
+                                                plan.memory_generation)
     remat = estimate.remat
     if not estimate.fits:
         parts = sorted(estimate.breakdown.items(), key=lambda kv: -kv[1])[:3]
@@ -220,7 +242,7 @@ def _validate_trainer(job: TpuTrainingJob, plan: SlicePlan, mesh: MeshPlan) -> V
         return Verdict.refuse(
             "OutOfMemory", "spec.trainer.config.model",
             f"needs about {estimate.per_device_bytes / GIB:.1f} GiB per device (remat {remat}: "
-            f"{where}) but a {plan.slice_type.name} device has "
+            f"{where}) but a {plan.name} device has "
             f"{(estimate.usable_bytes or 0) / GIB:.1f} GiB usable; shard more (fsdp, tensor), "
             f"use a larger slice, a smaller batch{better}", job=job, plan=plan, mesh=mesh)
     return Verdict(True, job=job, plan=plan, mesh=mesh, trainer_config=config)

@@ -119,7 +119,7 @@ def test_trainer_config_known_keys_checked_unknown_kept(root_schema, config, fie
 
 
 @pytest.mark.parametrize("path, key, expected", [
-    (".slice", "pattern", r"^(v4|v5e|v5litepod|v5p|v6e|tpu7x)-"),
+    (".slice", "pattern", r"^((v4|v5e|v5litepod|v5p|v6e|tpu7x)-"),
     (".slices", "default", 1),
     (".slices", "minimum", 1),
     (".stallTimeoutSeconds", "default", 1800),

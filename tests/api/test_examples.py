@@ -56,13 +56,14 @@ def test_example_breaks_when_spec_is_broken(root_schema, name):
 def test_example_plans(name):
     from tpujob_plan.memory import estimate_memory
     from tpujob_plan.mesh import plan_mesh
-    from tpujob_plan.slice_plan import plan_slice
+    from tpujob_plan.hardware import plan_hardware
     from tpujob_trainer.config.root import TrainerConfig
 
     spec = load_job(_load(name)).spec
-    plan = plan_slice(spec.slice, slices=spec.slices, machine_type=spec.machine_type)
+    plan = plan_hardware(spec.slice, slices=spec.slices, nodes=spec.nodes,
+                         machine_type=spec.machine_type, launcher=spec.trainer.launcher)
     mesh = plan_mesh(spec.parallelism.ici_sizes, spec.parallelism.dcn_sizes,
-                     devices_per_slice=plan.slice_type.devices, num_slices=spec.slices,
+                     devices_per_slice=plan.mesh_granule_devices, num_slices=plan.mesh_granules,
                      physical_dims=plan.physical_mesh)
     assert mesh.valid, mesh.error
     if spec.is_custom_trainer:
@@ -84,12 +85,15 @@ def test_example_plans(name):
     ("tpu7x-64.yaml", 1, 8, 64),
     ("v5p-128.yaml", 1, 16, 64),
     ("multislice-2x-v6e-16.yaml", 2, 8, 32),
+    ("gpu-jax-a3-ultra.yaml", 1, 4, 32),
+    ("gpu-accelerate-deepspeed-a3-mega.yaml", 1, 2, 16),
 ])
 def test_example_sizes(name, slices, hosts, devices):
-    from tpujob_plan.slice_plan import plan_slice
+    from tpujob_plan.hardware import plan_hardware
 
     spec = load_job(_load(name)).spec
-    plan = plan_slice(spec.slice, slices=spec.slices, machine_type=spec.machine_type)
+    plan = plan_hardware(spec.slice, slices=spec.slices, nodes=spec.nodes,
+                         machine_type=spec.machine_type, launcher=spec.trainer.launcher)
     assert (spec.slices, plan.hosts * plan.slices, plan.devices) == (slices, hosts, devices)
 
 

@@ -14,14 +14,33 @@ from tpujob.api.crd import build_crd
 from tpujob.api.patterns import SLICE_PATTERN, SliceName
 from tpujob_plan.catalog import all_slice_names
 from tpujob_plan.generations import GENERATIONS, generation_names
+from tpujob_plan.gpu_catalog import GPU_MACHINES
 
 pytestmark = pytest.mark.unit
 
 
 def _pattern_generations(pattern: str) -> list[str]:
-    match = re.fullmatch(r"\^\((?P<names>[a-z0-9]+(\|[a-z0-9]+)*)\)-.*", pattern)
-    assert match, f"the slice pattern no longer starts with (gen|gen|...)-: {pattern}"
+    match = re.fullmatch(r"\^\(\((?P<names>[a-z0-9]+(\|[a-z0-9]+)*)\)-.*", pattern)
+    assert match, f"the slice pattern no longer starts with ((gen|gen|...)-: {pattern}"
     return match["names"].split("|")
+
+
+def _pattern_gpu_names(pattern: str) -> list[str]:
+    match = re.fullmatch(r".*\)\|(?P<names>[a-z0-9-]+(\|[a-z0-9-]+)*)\)\$", pattern)
+    assert match, f"the slice pattern no longer ends with |gpu|gpu...)$: {pattern}"
+    return match["names"].split("|")
+
+
+def test_the_pattern_names_every_gpu_machine_type_and_xpk_device_type_and_no_other():
+    assert sorted(_pattern_gpu_names(SLICE_PATTERN)) == sorted(
+        alias for m in GPU_MACHINES for alias in m.aliases)
+    adapter = TypeAdapter(SliceName)
+    for m in GPU_MACHINES:
+        for alias in m.aliases:
+            assert adapter.validate_python(alias) == alias
+    for near in ("a3-megagpu-4g", "a3-megagpu", "h100-80gb-4", "a3-megagpu-8g-2"):
+        with pytest.raises(ValidationError):
+            adapter.validate_python(near)
 
 
 def test_the_pattern_names_every_generation_and_alias_of_the_catalog_and_no_other():

@@ -102,7 +102,7 @@ def test_an_unknown_field_without_a_near_name_lists_the_valid_ones():
     verdict = validate_job(_job(colour="red"))
     assert verdict.message.startswith("spec.colour: unknown field; ")
     assert "did you mean" not in verdict.message
-    assert "spec takes: slice, machineType, containersPerHost, slices, image" in verdict.message
+    assert "spec takes: slice, machineType, containersPerHost, slices, nodes, gpuNetworks, image" in verdict.message
     job = _job()
     job["specc"] = job.pop("spec")
     assert "specc: unknown field; did you mean spec?" in validate_job(job).message

@@ -15,7 +15,7 @@ from tests.api import k8s_schema
 from tests.chart.k8s_objects import validation_errors
 from tpujob.api import load_job
 from tpujob.cli.main import main as tpujob
-from tpujob_plan.slice_plan import plan_slice
+from tpujob_plan.hardware import plan_hardware
 
 pytestmark = pytest.mark.unit
 
@@ -45,8 +45,10 @@ def _render(path: Path, capsys) -> tuple[list[dict], str]:
 def test_example_renders(path: Path, capsys, jobset_schema):
     example = yaml.safe_load(path.read_text())
     spec = load_job(example).spec
-    plan = plan_slice(spec.slice, slices=spec.slices, machine_type=spec.machine_type,
-                      containers_per_host=spec.containers_per_host)
+    plan = plan_hardware(spec.slice, slices=spec.slices, nodes=spec.nodes,
+                         machine_type=spec.machine_type,
+                         containers_per_host=spec.containers_per_host,
+                         launcher=spec.trainer.launcher)
     docs, err = _render(path, capsys)
     by_kind = {d["kind"]: d for d in docs}
     # A trainer of the job's own takes no trainer config, so no ConfigMap.

@@ -26,6 +26,31 @@ class SlicePlan:
     slices: int
     containers_per_host: int = 1  # 1, or the machine type's parallel layout (tpu7x: 2)
 
+    is_gpu = False
+
+    @property
+    def name(self) -> str:
+        return self.slice_type.name
+
+    @property
+    def topology(self) -> str:
+        return self.slice_type.topology
+
+    @property
+    def mesh_granule_devices(self) -> int:
+        """Devices within one mesh granule (ICI axes): a slice's."""
+        return self.slice_type.devices
+
+    @property
+    def mesh_granules(self) -> int:
+        """Granules the DCN axes span: the slices."""
+        return self.slices
+
+    @property
+    def memory_generation(self) -> str:
+        """What the memory estimate's compiler allowance is looked up by."""
+        return self.generation.prefix
+
     @property
     def generation(self):
         return self.slice_type.generation

@@ -7,7 +7,7 @@ whether the model fits in HBM are the operator's checks, made before anything is
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import ConfigDict, Field, ValidationInfo, field_validator
 
@@ -15,6 +15,7 @@ from tpujob.api.base import ApiModel, Quantity
 from tpujob.api.env_vars import WANDB_KEY_ENV, EnvVar
 from tpujob.api.parallelism import Parallelism
 from tpujob.api.patterns import (
+    DNS_LABEL_PATTERN,
     MACHINE_TYPE_PATTERN,
     OutputLocation,
     SliceName,
@@ -86,7 +87,9 @@ class TpuTrainingJobSpec(ApiModel):
             "spec.slice is immutable: delete the job and create it again to change the slice")),
         description="TPU slice as <generation>-<size> or <generation>-<topology>, e.g. v6e-16, "
                     "tpu7x-64, v5p-128, v5p-4x4x4 (the size counts TensorCores on v4, v5p and "
-                    "tpu7x, chips on v5e/v5litepod and v6e). Immutable.")
+                    "tpu7x, chips on v5e/v5litepod and v6e); or a GPU machine type "
+                    "(a3-highgpu-8g, a3-megagpu-8g, a3-ultragpu-8g, a4-highgpu-8g) with "
+                    "spec.nodes. Immutable.")
     machine_type: str | None = Field(
         None, pattern=MACHINE_TYPE_PATTERN,
         description="GKE machine type, where the generation offers a choice (e.g. "
@@ -107,6 +110,20 @@ class TpuTrainingJobSpec(ApiModel):
                             "spec.slices is immutable: delete the job and create it again to "
                             "change the number of slices")),
                         description="Number of identical slices (multislice over DCN). Immutable.")
+    nodes: int | None = Field(
+        None, ge=1, le=1024, json_schema_extra=cel_extra(cel_rule(
+            "self == oldSelf",
+            "spec.nodes is immutable: delete the job and create it again to change it")),
+        description="GPU machine types only: how many nodes (VMs) of spec.slice, each running "
+                    "one trainer container with every GPU of the node; default 1. A TPU "
+                    "slice's hosts follow from its size. Immutable.")
+    gpu_networks: list[Annotated[str, Field(pattern=DNS_LABEL_PATTERN, max_length=63)]] | None = Field(
+        None, min_length=1, max_length=16,
+        description="GPU machine types only: the cluster's networks for the node's GPU NICs "
+                    "(GKE network names), in NIC order, for the pod's "
+                    "networking.gke.io/interfaces. Default: GKE's documented names, vpc1-vpc4 "
+                    "(a3-highgpu-8g), vpc1-vpc8 (a3-megagpu-8g), rdma-0-rdma-7 (a3-ultragpu-8g, "
+                    "a4-highgpu-8g).")
     image: str = Field(..., min_length=1, pattern=r"^\S+$",
                        description="Container image of the trainer.")
     trainer: TrainerSpec = Field(default_factory=TrainerSpec,

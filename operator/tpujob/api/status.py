@@ -97,12 +97,14 @@ class Condition(ApiModel):
 class SliceStatus(ApiModel):
     """The slice as the operator planned it, summed over all slices of the job."""
 
-    topology: str | None = Field(None, description="Topology of one slice, e.g. 4x4.")
+    topology: str | None = Field(None, description="Topology of one slice, e.g. 4x4 (GPU "
+                                 "nodes: nodes x GPUs per node, e.g. 2x8).")
     machine_type: str | None = Field(None, description="GKE machine type of the hosts.")
-    hosts: int = Field(0, ge=0, description="TPU VMs (hosts), all slices together.")
-    chips: int = Field(0, ge=0, description="TPU chips, all slices together.")
-    devices: int = Field(0, ge=0, description="JAX devices, all slices together.")
-    processes: int = Field(0, ge=0, description="JAX processes (containers), all slices together.")
+    hosts: int = Field(0, ge=0, description="TPU VMs (hosts) or GPU nodes, all slices together.")
+    chips: int = Field(0, ge=0, description="TPU chips (or GPUs), all slices together.")
+    devices: int = Field(0, ge=0, description="JAX devices (or GPUs), all slices together.")
+    processes: int = Field(0, ge=0, description="Trainer processes, all slices together: JAX "
+                           "processes (containers), or the launcher's world size on GPUs.")
 
 
 class HostScoreStatus(ApiModel):

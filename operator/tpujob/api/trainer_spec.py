@@ -17,6 +17,7 @@ from tpujob.api.patterns import (
 )
 from tpujob.api.schema import cel_extra, cel_rule
 from tpujob.log_progress import compile_user_regex
+from tpujob_plan.gpu_plan import Launcher
 
 
 class ProgressSource(StrEnum):
@@ -68,13 +69,25 @@ class ProgressSpec(ApiModel):
         return self
 
 
+_LAUNCHER_NEEDS_COMMAND = ("launcher torchrun or accelerate starts a script of the job's own: "
+                           "set command to the script and its arguments")
+_LAUNCHER_ARGS_NEED_LAUNCHER = ("launcherArgs are options for torchrun or accelerate; set "
+                                "launcher, or pass them in command")
+
+
 class TrainerSpec(ApiModel):
     """The program every JAX process runs: the built-in trainer with its config, or your own."""
 
-    model_config = ConfigDict(json_schema_extra=cel_extra(cel_rule(
-        "!has(self.command) || !has(self.overrides) || size(self.overrides) == 0",
-        "overrides apply to the built-in trainer only; with command set, pass settings in args",
-        ".overrides")))
+    model_config = ConfigDict(json_schema_extra=cel_extra(
+        cel_rule("!has(self.command) || !has(self.overrides) || size(self.overrides) == 0",
+                 "overrides apply to the built-in trainer only; with command set, pass "
+                 "settings in args", ".overrides"),
+        cel_rule("!has(self.launcher) || self.launcher == 'jax' || has(self.command)",
+                 _LAUNCHER_NEEDS_COMMAND, ".launcher"),
+        cel_rule("!has(self.launcherArgs) || size(self.launcherArgs) == 0 || "
+                 "(has(self.launcher) && self.launcher != 'jax')",
+                 _LAUNCHER_ARGS_NEED_LAUNCHER, ".launcherArgs"),
+    ))
 
     config: dict[str, Any] = Field(
         default_factory=dict,
@@ -92,6 +105,20 @@ class TrainerSpec(ApiModel):
                     "JAX process. config and overrides must then be empty; use args.")
     args: list[str] | None = Field(
         None, description="Arguments to command (or to the image's entrypoint).")
+    launcher: Launcher = Field(
+        Launcher.JAX,
+        description="What starts the processes of a node. jax (default): command runs once "
+                    "per node (per container on TPUs), one JAX process. On GPU machine types, "
+                    "torchrun or accelerate: the operator runs `torchrun` or `accelerate "
+                    "launch` with the job's nodes, processes per node (one per GPU), node "
+                    "rank and rendezvous at the first pod, and command is the script and its "
+                    "arguments (e.g. [python3, train.py, --epochs, '3']).")
+    launcher_args: list[str] = Field(
+        default_factory=list, max_length=64,
+        description="Extra options for the launcher, before the script (e.g. [--config_file, "
+                    "/etc/accelerate/ds.yaml] or [--max-restarts, '0']). The options the "
+                    "operator sets from the job (nodes, processes, rank, rendezvous) are "
+                    "refused here.")
     progress: ProgressSpec = Field(
         default_factory=ProgressSpec,
         description="Where progress is read from: http (default; the built-in trainer's "
@@ -102,6 +129,10 @@ class TrainerSpec(ApiModel):
         if self.command is not None and (self.config or self.overrides):
             raise ValueError("config and overrides apply to the built-in trainer only; with "
                              "command set, pass settings in args")
+        if self.launcher is not Launcher.JAX and self.command is None:
+            raise ValueError(_LAUNCHER_NEEDS_COMMAND)
+        if self.launcher_args and self.launcher is Launcher.JAX:
+            raise ValueError(_LAUNCHER_ARGS_NEED_LAUNCHER)
         return self
 
 

@@ -17,6 +17,11 @@ LIVE_FIELDS = {"suspend", "stallTimeoutSeconds", "firstStepTimeoutSeconds"}
 # queue and keeps its place in line), not a reason to build the JobSet again.
 LIVE_SUBFIELDS = {"restartPolicy": {"onStall"},
                   "scheduling": {"priority", "unscheduledWarningSeconds"}}
+# Fields added after jobs were running, left out while they hold their default: a JobSet built
+# before they existed was built from that default, and must not read as changed.
+ADDED_FIELDS: dict[str, object] = {"nodes": None, "gpuNetworks": None}
+ADDED_SUBFIELDS: dict[str, dict[str, object]] = {"trainer": {"launcher": "jax",
+                                                             "launcherArgs": []}}
 
 
 def _digest(value: Any) -> str:
@@ -29,10 +34,13 @@ def build_fingerprint(spec: TpuTrainingJobSpec) -> dict[str, str]:
     doc = spec.model_dump(by_alias=True, mode="json")
     out = {}
     for key, value in sorted(doc.items()):
-        if key in LIVE_FIELDS:
+        if key in LIVE_FIELDS or (key in ADDED_FIELDS and value == ADDED_FIELDS[key]):
             continue
         if isinstance(value, dict) and key in LIVE_SUBFIELDS:
             value = {k: v for k, v in value.items() if k not in LIVE_SUBFIELDS[key]}
+        if isinstance(value, dict) and key in ADDED_SUBFIELDS:
+            added = ADDED_SUBFIELDS[key]
+            value = {k: v for k, v in value.items() if k not in added or v != added[k]}
         out[key] = _digest(value)
     return out
 

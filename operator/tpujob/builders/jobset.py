@@ -10,7 +10,9 @@ from tpujob.api.recovery import RestartStrategy
 from tpujob.api.spec import TpuTrainingJobSpec
 from tpujob.builders import names
 from tpujob.builders.fingerprint import FINGERPRINT_ANNOTATION, encode_fingerprint
+from tpujob.builders.gpu_network import decorate_gpu_pod
 from tpujob.builders.invocation import TrainerInvocation, build_invocation, config_map_name
+from tpujob.builders.launchers import build_launch_command
 from tpujob.builders.scheduling import (
     build_capacity_placement,
     build_jobset_annotations,
@@ -19,7 +21,8 @@ from tpujob.builders.scheduling import (
 )
 from tpujob.builders.trainer_config import build_config_map
 from tpujob.builders.wiring import build_process_env, merge_env
-from tpujob_plan.slice_plan import TPU_RESOURCE, SlicePlan
+from tpujob_plan.hardware import HardwarePlan
+from tpujob_plan.slice_plan import TPU_RESOURCE
 
 SIGNAL_EXIT_CODES = range(129, 256)  # 128 + signal number: SIGTERM on preemption is 143
 # JobSet's webhook takes rule names of letters, digits and '_,:' only, starting with a letter
@@ -47,7 +50,7 @@ def build_child_metadata(job: dict[str, Any]) -> dict[str, Any]:
             "ownerReferences": [build_owner_reference(job)]}
 
 
-def build_children(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: SlicePlan
+def build_children(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: HardwarePlan
                    ) -> list[dict[str, Any]]:
     """Every object the operator creates for a job, in creation order."""
     meta = job["metadata"]
@@ -113,7 +116,7 @@ def build_in_place_restart_rules(spec: TpuTrainingJobSpec) -> dict[str, Any]:
         {"action": "Restart", "exitCodes": {"operator": "In", "values": _retryable_codes(spec)}}]}
 
 
-def _container(spec: TpuTrainingJobSpec, plan: SlicePlan, invocation: TrainerInvocation,
+def _container(spec: TpuTrainingJobSpec, plan: HardwarePlan, invocation: TrainerInvocation,
                jobset_name: str, name: str, index: int) -> dict[str, Any]:
     resources: dict[str, dict[str, Any]] = {
         "requests": {**spec.resources.requests, **plan.container_resources["requests"]},
@@ -125,7 +128,8 @@ def _container(spec: TpuTrainingJobSpec, plan: SlicePlan, invocation: TrainerInv
     container: dict[str, Any] = {
         "name": name,
         "image": spec.image,
-        "command": list(invocation.command),
+        "command": (build_launch_command(spec.trainer, plan, jobset_name) if plan.is_gpu
+                    else list(invocation.command)),
         "env": [*env, *invocation.secret_env],
         "ports": [{"name": f"metrics-{index}" if index else "metrics", "containerPort": port}],
         "resources": resources,
@@ -140,7 +144,7 @@ def _container(spec: TpuTrainingJobSpec, plan: SlicePlan, invocation: TrainerInv
     return container
 
 
-def build_pod_spec(job_name: str, spec: TpuTrainingJobSpec, plan: SlicePlan,
+def build_pod_spec(job_name: str, spec: TpuTrainingJobSpec, plan: HardwarePlan,
                    jobset_name: str, namespace: str = "default",
                    invocation: TrainerInvocation | None = None) -> dict[str, Any]:
     containers = names.container_names(plan.containers_per_host)
@@ -148,7 +152,8 @@ def build_pod_spec(job_name: str, spec: TpuTrainingJobSpec, plan: SlicePlan,
     capacity = build_capacity_placement(spec.scheduling.capacity)
     pod: dict[str, Any] = {
         "restartPolicy": "Never",
-        "hostNetwork": True,
+        # TPU hosts talk over the host's network; GPU pods get their NICs as pod interfaces.
+        "hostNetwork": not plan.is_gpu,
         "dnsPolicy": "ClusterFirstWithHostNet",
         "nodeSelector": {**plan.node_selector, **capacity.node_selector},
         "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
@@ -166,7 +171,22 @@ def build_pod_spec(job_name: str, spec: TpuTrainingJobSpec, plan: SlicePlan,
     return pod
 
 
-def build_jobset(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: SlicePlan,
+def build_pod_template(job_name: str, spec: TpuTrainingJobSpec, plan: HardwarePlan,
+                       jobset_name: str, namespace: str, labels: dict[str, str],
+                       invocation: TrainerInvocation | None = None) -> dict[str, Any]:
+    """The pod template of every host: the pod spec, its labels, Kueue's topology annotations
+    and, on GPU nodes, the machine type's network pieces."""
+    annotations = build_topology_annotations(spec.scheduling.topology, plan.hosts)
+    pod = build_pod_spec(job_name, spec, plan, jobset_name, namespace, invocation)
+    if plan.is_gpu:
+        decorate_gpu_pod(pod, annotations, plan.machine, spec.gpu_networks)
+    metadata: dict[str, Any] = {"labels": dict(labels)}
+    if annotations:
+        metadata["annotations"] = annotations
+    return {"metadata": metadata, "spec": pod}
+
+
+def build_jobset(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: HardwarePlan,
                  invocation: TrainerInvocation | None = None) -> dict[str, Any]:
     """The JobSet for a job: its name is the job's name, and it is owned by the job (the
     trainer's invocation is built from the spec unless the caller built it already)."""
@@ -175,10 +195,6 @@ def build_jobset(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: SlicePlan,
     child = build_child_metadata(job)
     labels = {**child["labels"], **build_jobset_labels(spec.scheduling)}
     containers = names.container_names(plan.containers_per_host)
-    pod_metadata: dict[str, Any] = {"labels": dict(child["labels"])}
-    topology = build_topology_annotations(spec.scheduling.topology, plan.hosts)
-    if topology:
-        pod_metadata["annotations"] = topology
     job_template = {
         "metadata": {"labels": dict(child["labels"])},
         "spec": {
@@ -189,10 +205,8 @@ def build_jobset(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: SlicePlan,
             "podFailurePolicy": build_pod_failure_policy(spec, containers),
             **({"backoffLimit": IN_PLACE_BACKOFF_LIMIT, "podReplacementPolicy": "Failed"}
                if spec.restart_policy.strategy == RestartStrategy.IN_PLACE_RESTART else {}),
-            "template": {
-                "metadata": pod_metadata,
-                "spec": build_pod_spec(name, spec, plan, name, meta["namespace"], invocation),
-            },
+            "template": build_pod_template(name, spec, plan, name, meta["namespace"],
+                                           child["labels"], invocation),
         },
     }
     return {
@@ -200,7 +214,9 @@ def build_jobset(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: SlicePlan,
         "kind": "JobSet",
         "metadata": {
             "name": name, "namespace": meta["namespace"], "labels": labels,
-            "annotations": {names.EXCLUSIVE_TOPOLOGY: names.NODEPOOL_LABEL,
+            # A TPU slice is a node pool of its own; GPU nodes of a pool are shared by jobs.
+            "annotations": {**({} if plan.is_gpu else
+                               {names.EXCLUSIVE_TOPOLOGY: names.NODEPOOL_LABEL}),
                             FINGERPRINT_ANNOTATION: encode_fingerprint(spec),
                             **build_jobset_annotations(spec.scheduling)},
             "ownerReferences": child["ownerReferences"],

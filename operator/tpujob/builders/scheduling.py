@@ -139,18 +139,32 @@ def _fits(inner: tuple[int, ...], outer: tuple[int, ...]) -> bool:
     return len(inner) == len(outer) and all(inner[i] <= outer[i] for i in range(len(inner)))
 
 
+def _tpu_label_problem(label: str, what: str) -> str | None:
+    """A TPU-only topology label asked of GPU nodes."""
+    for label_format in (SUB_SLICE_LABEL, PARTITION_LABEL):
+        if _label_pattern(label_format).match(label):
+            return f"{label} is a TPU node label; {what} have no such label"
+    return None
+
+
 def _level_problem(label: str, plan: SlicePlan, whole_job: bool, required: bool = True
                    ) -> str | None:
     """Why `label` is not on the job's nodes, or (`required`) why no domain of it can hold one
     slice (or, `whole_job`, every slice), if so."""
     pods = plan.hosts * (plan.slices if whole_job else 1)
-    what = (f"the job's {pods} hosts ({plan.slices} x {plan.slice_type.topology_name})"
-            if whole_job else f"a {plan.slice_type.topology_name} slice of {plan.hosts} hosts")
-    generation = plan.generation.prefix
+    if plan.is_gpu:
+        what = f"the job's {pods} {plan.name} nodes"
+    elif whole_job:
+        what = f"the job's {pods} hosts ({plan.slices} x {plan.slice_type.topology_name})"
+    else:
+        what = f"a {plan.slice_type.topology_name} slice of {plan.hosts} hosts"
     if required and label in HOST_LEVELS and pods > 1:
         return (f"a domain of {label} is one host and cannot hold {what}; use a level that "
                 "holds them, e.g. cloud.google.com/gke-nodepool (one slice) or "
                 "cloud.google.com/gce-topology-block")
+    if plan.is_gpu:
+        return _tpu_label_problem(label, what)
+    generation = plan.generation.prefix
     for label_format, shapes, owner, ok in (
             (SUB_SLICE_LABEL, SUB_SLICE_TOPOLOGIES, f"v6e ({SUB_SLICE_MACHINE})",
              generation == "v6e" and plan.machine_type.name == SUB_SLICE_MACHINE),

@@ -17,6 +17,7 @@ value that depends on the pod's slice (a host name) is written once for every po
 
 from __future__ import annotations
 
+from tpujob.builders.launchers import build_launcher_env
 from tpujob.builders.names import (
     COORDINATOR_PORT,
     JOB_COMPLETION_INDEX_ANNOTATION,
@@ -26,6 +27,8 @@ from tpujob.builders.names import (
     TPU_PROCESS_PORT,
     host_fqdn,
 )
+from tpujob_plan.gpu_plan import Launcher
+from tpujob_plan.hardware import HardwarePlan
 from tpujob_plan.slice_plan import SlicePlan
 from tpujob_trainer import env as trainer_env
 from tpujob_trainer.env import CONTAINER_INDEX, CONTAINERS_PER_HOST, HOST_INDEX, HOSTS_PER_SLICE
@@ -44,8 +47,14 @@ def _field(name: str, path: str) -> dict:
     return {"name": name, "valueFrom": {"fieldRef": {"fieldPath": path}}}
 
 
-def build_process_env(jobset_name: str, plan: SlicePlan, container_index: int) -> list[dict]:
+def build_process_env(jobset_name: str, plan: HardwarePlan, container_index: int
+                      ) -> list[dict]:
     """Env of one trainer container (the same for every pod; indexes come from the pod)."""
+    if plan.is_gpu and plan.launcher is not Launcher.JAX:
+        # torchrun or accelerate wires its own processes; the pod says which node it is.
+        return [_field("JOB_COMPLETION_INDEX", HOST_INDEX_FIELD),
+                _field("NODE_RANK", HOST_INDEX_FIELD), _value("NNODES", plan.hosts),
+                *build_launcher_env(plan, jobset_name)]
     coordinator = host_fqdn(jobset_name, 0, 0)
     env = [
         _value(trainer_env.COORDINATOR_ADDRESS, f"{coordinator}:{COORDINATOR_PORT}"),
@@ -60,19 +69,21 @@ def build_process_env(jobset_name: str, plan: SlicePlan, container_index: int) -
         _value(trainer_env.PEAK_TFLOPS_PER_DEVICE, f"{plan.peak_tflops_per_device:g}"),
     ]
     env += build_standard_env(jobset_name, plan)
+    if plan.is_gpu:
+        env += build_launcher_env(plan, jobset_name)
     if plan.containers_per_host > 1:
         env += build_tpu_process_env(jobset_name, plan, container_index)
     return env
 
 
-def process_id_from_pod(plan: SlicePlan) -> bool:
+def process_id_from_pod(plan: HardwarePlan) -> bool:
     """Whether a process's global index is the pod's completion index alone (one slice, one
     container per host): the downward API gives no arithmetic, so only then can JAX_PROCESS_ID
     be a plain field of the pod."""
     return plan.slices == 1 and plan.containers_per_host == 1
 
 
-def build_standard_env(jobset_name: str, plan: SlicePlan) -> list[dict]:
+def build_standard_env(jobset_name: str, plan: HardwarePlan) -> list[dict]:
     """The names other programs read: JAX's, xpk's (CPU and GPU paths) and MEGASCALE_*."""
     coordinator = host_fqdn(jobset_name, 0, 0)
     env = [

@@ -7,6 +7,8 @@ import json
 import sys
 
 from tpujob.planning import PlanRequest, plan_many
+from tpujob_plan.gpu_catalog import GPU_NAMES
+from tpujob_plan.gpu_plan import Launcher
 from tpujob_plan.memory import OPTIMIZERS, REMAT_POLICIES
 from tpujob_plan.mesh import MESH_AXES
 from tpujob_plan.model_shape import PRESETS
@@ -14,15 +16,23 @@ from tpujob_plan.model_shape import PRESETS
 
 def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser(
-        "plan", help="size TPU slices, check a mesh and a model's memory before launching",
-        description="Plan TPU slices: hosts, chips, JAX processes, node selectors; optionally "
+        "plan", help="size TPU slices or GPU nodes, check a mesh and a model's memory before "
+                     "launching",
+        description="Plan TPU slices (hosts, chips, JAX processes, node selectors) or GPU "
+                    "nodes (GPUs, processes per launcher, network stack); optionally "
                     "check a mesh layout against the physical topology and estimate per-device "
                     "memory for a model. Exits 1 when a slice name is invalid, 2 when a mesh "
                     "or model does not fit.")
     p.add_argument("slices_", metavar="SLICE", nargs="+",
-                   help="slice names such as v6e-16, tpu7x-64, v5p-128, v5p-4x4x4, v5e-8")
+                   help="slice names such as v6e-16, tpu7x-64, v5p-128, v5p-4x4x4, v5e-8, or "
+                        f"GPU machine types: {', '.join(GPU_NAMES)}")
     p.add_argument("--slices", type=int, default=1, metavar="N",
                    help="number of slices (multi-slice over DCN); default 1")
+    p.add_argument("--nodes", type=int, metavar="N",
+                   help="GPU machine types: number of nodes; default 1")
+    p.add_argument("--launcher", choices=[v.value for v in Launcher],
+                   help="GPU machine types: what starts the processes of a node: jax (one "
+                        "process per node, the default), torchrun or accelerate (one per GPU)")
     p.add_argument("--machine-type", help="GKE machine type, e.g. ct6e-standard-8t for a "
                                           "single-host v6e-8")
     p.add_argument("--containers-per-host", type=int, metavar="N",

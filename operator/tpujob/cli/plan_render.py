@@ -22,9 +22,15 @@ def _table(headers: list[str], rows: list[list[str]], right: set[int]) -> list[s
 def render_table(results: list[SliceResult], compiled: dict[str, dict] | None = None) -> str:
     """The table and each slice's details; `compiled`: `tpujob plan --compile`'s figures by
     requested name, printed under the estimate."""
-    ok = [r for r in results if r.ok]
+    ok = [r for r in results if r.ok and not r.plan.is_gpu]
+    gpus = [r for r in results if r.ok and r.plan.is_gpu]
     lines: list[str] = []
+    if gpus:
+        lines += _gpu_table(gpus)
+    for r in gpus:
+        lines += _gpu_details(r)
     if ok:
+        lines += [""] if lines else []
         headers = ["SLICE", "TOPOLOGY", "MACHINE TYPE", "SLICES", "HOSTS", "CHIPS", "DEVICES",
                    "DEV/HOST", "PROCESSES", "HBM/DEV", "PEAK/DEV", "WORKLOAD POLICY"]
         rows = []
@@ -45,6 +51,68 @@ def render_table(results: list[SliceResult], compiled: dict[str, dict] | None = 
     return "\n".join(lines)
 
 
+def _gpu_table(results: list[SliceResult]) -> list[str]:
+    headers = ["MACHINE TYPE", "GPU", "NODES", "GPUS", "GPU/NODE", "LAUNCHER", "PROCESSES",
+               "MEM/GPU", "PEAK/GPU", "NETWORK"]
+    rows = []
+    for r in results:
+        p = r.plan
+        m = p.machine
+        rows.append([m.name, m.gpu, str(p.nodes), str(p.devices), str(m.gpus_per_node),
+                     p.launcher.value, str(p.processes),
+                     f"{p.hbm_bytes_per_device / GIB:.1f} GiB",
+                     f"{p.peak_tflops_per_device:g} TFLOP/s",
+                     f"{m.network.value.upper()} x{m.gpu_nics}"])
+    return _table(headers, rows, right={2, 3, 4, 6, 7, 8})
+
+
+def _gpu_details(r: SliceResult) -> list[str]:
+    from tpujob.builders.gpu_network import default_networks
+    from tpujob.planning import gpu_dict
+
+    p = r.plan
+    m = p.machine
+    launchers = gpu_dict(r.requested, p)["launchers"]
+    out = ["", f"{m.name} x {p.nodes} ({m.series}, {m.gpu}; xpk --device-type "
+               f"{m.device_type}):"]
+    out.append("  processes       " + ", ".join(
+        f"{name} {n}" + (" (one per node)" if name == "jax" else " (one per GPU)")
+        + ("   <- planned" if name == p.launcher.value else "")
+        for name, n in launchers.items()))
+    selector = ", ".join(f"{k}={v}" for k, v in p.node_selector.items())
+    out.append(f"  node selector   {selector}")
+    out.append(f"  resources       nvidia.com/gpu: {m.gpus_per_node} per node (one container)")
+    out.append(f"  network         {_NETWORKS[m.network.value]}; GPU NICs on "
+               f"{', '.join(default_networks(m))} (spec.gpuNetworks to change)")
+    out += _mesh_and_memory(r)
+    return out
+
+
+_NETWORKS = {"tcpx": "GPUDirect-TCPX, tcpx-daemon sidecar",
+             "tcpxo": "GPUDirect-TCPXO, tcpxo-daemon sidecar",
+             "rdma": "GPUDirect RDMA, NCCL gIB plugin from the node"}
+
+
+def _mesh_and_memory(r: SliceResult) -> list[str]:
+    p = r.plan
+    out = []
+    if r.mesh_requested and r.mesh is not None:
+        m = r.mesh
+        if m.valid:
+            dcn = f"   dcn {format_axes(m.dcn)}" if p.mesh_granules > 1 else ""
+            physical = (f"(physical {'x'.join(map(str, p.physical_mesh))})"
+                        if p.physical_mesh else "(any layout within a node)")
+            out.append(f"  mesh            valid: ici {format_axes(m.ici)}{dcn}   {physical}")
+        else:
+            out.append(f"  mesh            INVALID: {m.error}")
+            if m.suggestions:
+                tries = " | ".join(format_axes(s) for s in m.suggestions)
+                out.append(f"  try             --ici {tries}")
+    if r.memory is not None and r.model is not None:
+        out += _memory_lines(r)
+    return out
+
+
 def _details(r: SliceResult) -> list[str]:
     p = r.plan
     assert p is not None
@@ -60,20 +128,7 @@ def _details(r: SliceResult) -> list[str]:
     selector = ", ".join(f"{k}={v}" for k, v in p.node_selector.items())
     out.append(f"  node selector   {selector}")
     out.append(f"  resources       google.com/tpu: {p.chips_per_container} per container")
-    if r.mesh_requested and r.mesh is not None:
-        m = r.mesh
-        if m.valid:
-            dcn = f"   dcn {format_axes(m.dcn)}" if p.slices > 1 else ""
-            out.append(f"  mesh            valid: ici {format_axes(m.ici)}{dcn}   "
-                       f"(physical {'x'.join(map(str, p.physical_mesh))})")
-        else:
-            out.append(f"  mesh            INVALID: {m.error}")
-            if m.suggestions:
-                tries = " | ".join(format_axes(s) for s in m.suggestions)
-                out.append(f"  try             --ici {tries}")
-    if r.memory is not None and r.model is not None:
-        out += _memory_lines(r)
-    return out
+    return out + _mesh_and_memory(r)
 
 
 def _memory_lines(r: SliceResult) -> list[str]:

@@ -193,6 +193,9 @@ def _slice_status(verdict: Verdict) -> SliceStatus | None:
     plan = verdict.plan
     if plan is None:
         return None
+    if plan.is_gpu:
+        return SliceStatus(topology=plan.topology, machine_type=plan.name, hosts=plan.hosts,
+                           chips=plan.devices, devices=plan.devices, processes=plan.processes)
     return SliceStatus(topology=plan.slice_type.topology, machine_type=plan.machine_type.name,
                        hosts=plan.hosts * plan.slices, chips=plan.slice_type.chips * plan.slices,
                        devices=plan.devices,

@@ -1,0 +1,87 @@
+"""`tpujob plan` for GPU machine types, as a user calls it: the table, each machine's details,
+the JSON, and refusals naming the option."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tpujob.cli.main import main as tpujob
+
+pytestmark = pytest.mark.unit
+
+FOUR = ["a3-highgpu-8g", "a3-megagpu-8g", "a3-ultragpu-8g", "a4-highgpu-8g"]
+
+
+def _plan(capsys, *args: str) -> tuple[int, str, str]:
+    code = tpujob(["plan", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_the_four_machine_types_for_two_nodes(capsys):
+    code, out, err = _plan(capsys, *FOUR, "--nodes", "2")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].split() == ["MACHINE", "TYPE", "GPU", "NODES", "GPUS", "GPU/NODE",
+                                "LAUNCHER", "PROCESSES", "MEM/GPU", "PEAK/GPU", "NETWORK"]
+    rows = {line.split()[0]: line.split() for line in lines[1:5]}
+    assert rows["a3-highgpu-8g"] == ["a3-highgpu-8g", "H100", "80GB", "2", "16", "8", "jax",
+                                     "2", "74.5", "GiB", "989", "TFLOP/s", "TCPX", "x4"]
+    assert rows["a3-megagpu-8g"][-2:] == ["TCPXO", "x8"]
+    assert rows["a3-ultragpu-8g"][8:10] == ["131.3", "GiB"]
+    assert rows["a4-highgpu-8g"][10:12] == ["2250", "TFLOP/s"]
+    assert "a3-megagpu-8g x 2 (A3 Mega, H100 80GB; xpk --device-type h100-mega-80gb-8):" in out
+    assert ("  processes       jax 2 (one per node)   <- planned, torchrun 16 (one per GPU), "
+            "accelerate 16 (one per GPU)") in out
+    assert "  node selector   cloud.google.com/gke-accelerator=nvidia-b200" in out
+    assert "  resources       nvidia.com/gpu: 8 per node (one container)" in out
+    assert ("  network         GPUDirect-TCPX, tcpx-daemon sidecar; GPU NICs on vpc1, vpc2, "
+            "vpc3, vpc4") in out
+    assert "GPUDirect RDMA, NCCL gIB plugin from the node; GPU NICs on rdma-0" in out
+
+
+def test_a_launcher_a_mesh_and_a_model(capsys):
+    code, out, err = _plan(capsys, "h200-141gb-8", "--nodes", "4", "--launcher", "torchrun",
+                           "--ici", "fsdp=8", "--dcn", "data=4", "--params", "8B")
+    assert code == 0, err
+    assert out.splitlines()[1].split()[:8] == ["a3-ultragpu-8g", "H200", "141GB", "4", "32",
+                                               "8", "torchrun", "32"]
+    assert "torchrun 32 (one per GPU)   <- planned" in out
+    assert "  mesh            valid: ici fsdp=8   dcn data=4   (any layout within a node)" in out
+    assert "memory/device" in out and "of 124.75 GiB usable: fits" in out
+
+
+def test_a_mesh_that_does_not_cover_a_node_is_refused(capsys):
+    code, out, _ = _plan(capsys, "a3-megagpu-8g", "--nodes", "2", "--ici", "fsdp=4")
+    assert code == 2
+    assert "mesh            INVALID:" in out and "8" in out
+
+
+def test_json(capsys):
+    code, out, err = _plan(capsys, "b200-8", "v6e-8", "--nodes", "1", "-o", "json")
+    assert code == 1  # v6e-8 takes no --nodes
+    assert "error: --nodes: nodes counts GPU nodes" in err
+    (plan,) = json.loads(out)
+    assert {k: plan[k] for k in ("name", "requested", "xpkDeviceType", "acceleratorLabel",
+                                 "nodes", "gpusPerNode", "totalGpus", "processes", "network",
+                                 "gpuNics", "launchers")} == {
+        "name": "a4-highgpu-8g", "requested": "b200-8", "xpkDeviceType": "b200-8",
+        "acceleratorLabel": "nvidia-b200", "nodes": 1, "gpusPerNode": 8, "totalGpus": 8,
+        "processes": 1, "network": "rdma", "gpuNics": 8,
+        "launchers": {"jax": 1, "torchrun": 8, "accelerate": 8}}
+    assert plan["resources"] == {"requests": {"nvidia.com/gpu": "8"},
+                                 "limits": {"nvidia.com/gpu": "8"}}
+
+
+@pytest.mark.parametrize("args, says", [
+    (["a3-megagpu-8g", "--slices", "2"], "--slices: a3-megagpu-8g is a GPU machine type"),
+    (["a3-megagpu-8g", "--nodes", "0"], "--nodes: nodes must be a whole number from 1 to 1024"),
+    (["v6e-8", "--launcher", "torchrun"], "--launcher: launcher torchrun starts processes"),
+    (["a3-megagpu-8g", "--machine-type", "x"], "--machine-type: a3-megagpu-8g is itself"),
+])
+def test_refusals_name_the_option(capsys, args, says):
+    code, _, err = _plan(capsys, *args)
+    assert code == 1
+    assert says in err
