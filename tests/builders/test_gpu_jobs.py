@@ -127,16 +127,16 @@ def test_one_job_of_one_pod_per_node_not_exclusive_to_a_node_pool():
 
 @pytest.mark.parametrize("trainer, command", [
     ({"launcher": "torchrun", "command": ["python3", "train.py", "--lr", "1e-4"]},
-     ["torchrun", "--nnodes=2", "--nproc-per-node=8", "--node-rank=$(NODE_RANK)",
-      f"--master-addr={MASTER}", f"--master-port={MASTER_PORT}", "train.py", "--lr", "1e-4"]),
+     ["torchrun", "--nnodes=2", "--nproc_per_node=8", "--node_rank=$(NODE_RANK)",
+      f"--master_addr={MASTER}", f"--master_port={MASTER_PORT}", "train.py", "--lr", "1e-4"]),
     ({"launcher": "torchrun", "command": ["/opt/venv/bin/python3.12", "-u", "-m", "pkg.train"],
       "launcherArgs": ["--max-restarts=0"]},
-     ["torchrun", "--nnodes=2", "--nproc-per-node=8", "--node-rank=$(NODE_RANK)",
-      f"--master-addr={MASTER}", f"--master-port={MASTER_PORT}", "--max-restarts=0", "-m",
+     ["torchrun", "--nnodes=2", "--nproc_per_node=8", "--node_rank=$(NODE_RANK)",
+      f"--master_addr={MASTER}", f"--master_port={MASTER_PORT}", "--max-restarts=0", "-m",
       "pkg.train"]),
     ({"launcher": "torchrun", "command": ["./train.sh"]},
-     ["torchrun", "--nnodes=2", "--nproc-per-node=8", "--node-rank=$(NODE_RANK)",
-      f"--master-addr={MASTER}", f"--master-port={MASTER_PORT}", "--no-python", "./train.sh"]),
+     ["torchrun", "--nnodes=2", "--nproc_per_node=8", "--node_rank=$(NODE_RANK)",
+      f"--master_addr={MASTER}", f"--master_port={MASTER_PORT}", "--no_python", "./train.sh"]),
     ({"launcher": "accelerate", "command": ["python", "train.py"],
       "launcherArgs": ["--config_file", "/cfg/ds_zero3.yaml"]},
      ["accelerate", "launch", "--num_machines", "2", "--num_processes", "16",
@@ -196,7 +196,7 @@ def test_the_built_in_trainer_runs_on_gpu_nodes_with_its_memory_checked():
      "spec.trainer.command", "starts accelerate itself, so each of the 2 node(s) would launch "
                              "the world its own options say; set spec.trainer.launcher: "
                              "accelerate"),
-    (dict(trainer={"launcher": "torchrun", "command": ["torchrun", "--nproc-per-node=8",
+    (dict(trainer={"launcher": "torchrun", "command": ["torchrun", "--nproc_per_node=8",
                                                        "train.py"]}),
      "spec.trainer.command", "set spec.trainer.launcher: torchrun and give only the script"),
     (dict(trainer={"command": ["python3", "-m", "torch.distributed.run", "train.py"]}),

@@ -7,7 +7,8 @@ spec.nodes, the processes per node from the machine type's GPUs, the node's rank
 completion index (`$(NODE_RANK)`, which Kubernetes expands from the pod's env) and the rendezvous
 at the first pod's stable host name. Static rendezvous (torchrun's default) is used: every node
 knows its rank, as the Indexed Job gives it. Sources: torch/distributed/run.py (torchrun's
-options), accelerate/commands/launch.py (accelerate 1.x: options on the command line win over
+options; torch 1.x takes only their underscore spellings, which 2.x keeps),
+accelerate/commands/launch.py (accelerate 1.x: options on the command line win over
 its config file, which is how a config file saying `num_machines: 1` is overruled).
 
 A misconfiguration is refused before anything runs (`launcher_problem`): a command that starts a
@@ -52,13 +53,12 @@ def _option(word: str) -> str | None:
 
 def _script(command: list[str], launcher: Launcher) -> list[str]:
     """The command as the launcher takes it: `python3 -m pkg` -> `-m pkg`, `python3 train.py`
-    -> `train.py`, a program that is not Python -> the launcher's no-python flag first."""
+    -> `train.py`, a program that is not Python -> `--no_python` (both launchers' flag) first."""
     first = os.path.basename(command[0])
     if _PYTHON.match(first):
         rest = [w for w in command[1:] if w != "-u"]  # the launchers run python unbuffered
         return rest
-    no_python = "--no-python" if launcher is Launcher.TORCHRUN else "--no_python"
-    return [no_python, *command]
+    return ["--no_python", *command]
 
 
 def build_launch_command(trainer: TrainerSpec, plan: GpuPlan, jobset_name: str) -> list[str]:
@@ -69,9 +69,10 @@ def build_launch_command(trainer: TrainerSpec, plan: GpuPlan, jobset_name: str) 
         return command
     master = host_fqdn(jobset_name, 0, 0)
     if launcher is Launcher.TORCHRUN:
+        # The underscore spellings: every torchrun takes them (1.x takes no other).
         wired = ["torchrun", f"--nnodes={plan.nodes}",
-                 f"--nproc-per-node={plan.processes_per_node}", f"--node-rank={NODE_RANK_REF}",
-                 f"--master-addr={master}", f"--master-port={MASTER_PORT}"]
+                 f"--nproc_per_node={plan.processes_per_node}", f"--node_rank={NODE_RANK_REF}",
+                 f"--master_addr={master}", f"--master_port={MASTER_PORT}"]
     else:
         wired = ["accelerate", "launch", "--num_machines", str(plan.nodes),
                  "--num_processes", str(plan.processes), "--machine_rank", NODE_RANK_REF,
