@@ -12,6 +12,21 @@ absl logging, so after a `I1123 20:10:00.123456 1234 metric_logger.py:230] ` pre
 
 (one line; `[Rampup Batch Size Phase], ` may lead it and the speed figures are left out during
 batch-size ramp-up.)
+
+DeepSpeed's engine (deepspeed 0.19: runtime/engine.py `_report_progress`, utils/timer.py's
+throughput timer, through `log_dist`, so after a `[date] [INFO] [logging.py:..:log_dist] ` prefix):
+
+    [Rank 0] step=10, skipped=0, lr=[0.0001], mom=[(0.9, 0.999)]
+    [Rank 0] epoch=0/micro_step=20/global_step=10, RunningAvgSamplesPerSec=46.3, ...
+
+(no loss: DeepSpeed does not print one). Hugging Face's Trainer (transformers 5: its
+`ProgressCallback`) draws a tqdm bar of the training steps and writes its log dict above it:
+
+    {'loss': '2.345', 'grad_norm': '1.2', 'learning_rate': '4.5e-05', 'epoch': '0.12'}
+     30%|███       | 300/1000 [02:00<04:40,  2.50it/s]
+
+(older versions print the floats unquoted). The step is the bar's (the longest bar in the
+excerpt: an evaluation bar counts batches), its rate the step time, the loss the newest dict's.
 """
 
 from __future__ import annotations
@@ -24,7 +39,7 @@ from tpujob_trainer.contract import HOST_REPORT_EVENT, LOG_PROGRESS_FIELDS
 
 Doc = dict[str, Any]
 
-FORMATS = ("maxtext", "jsonl", "regex")
+FORMATS = ("maxtext", "jsonl", "regex", "deepspeed", "transformers")
 # Named groups a user's regex may have, and the reading's fields they fill.
 REGEX_GROUPS = LOG_PROGRESS_FIELDS
 _NUMBER = r"(-?(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][-+]?[0-9]+)?|nan|inf|-inf)"
@@ -116,6 +131,39 @@ def parse_regex_line(pattern: re.Pattern[str], line: str) -> Doc | None:
     return doc
 
 
+_DEEPSPEED_STEP = re.compile(r"\[Rank 0\] (?:step=|epoch=[0-9]+/micro_step=[0-9]+/global_step=)"
+                             r"([0-9]+),")
+_TQDM_BAR = re.compile(r"\|\s*([0-9]+)/([0-9]+) \[[0-9:]+<[0-9:?]+,\s*" + _NUMBER +
+                       r"(it/s|s/it)\]")
+_HF_LOSS = re.compile(r"\{[^{}]*'loss': '?" + _NUMBER + r"'?[,}]")
+
+
+def parse_deepspeed_line(line: str) -> Doc | None:
+    """DeepSpeed's `[Rank 0] step=N, ...` or throughput line, or None for any other line."""
+    m = _DEEPSPEED_STEP.search(line)
+    return None if m is None else {"step": _step(m.group(1))}
+
+
+def latest_transformers_progress(text: str) -> Doc | None:
+    """Hugging Face Trainer's newest training-bar step, its step time and the newest loss."""
+    lines = text.splitlines()
+    bars = [(i, m) for i, line in enumerate(lines) if (m := _TQDM_BAR.search(line))]
+    if not bars:
+        return None
+    total = max(int(m.group(2)) for _, m in bars)
+    index, bar = next((i, m) for i, m in reversed(bars) if int(m.group(2)) == total)
+    rate = _number(bar.group(3), "rate")
+    doc: Doc = {"step": _step(bar.group(1))}
+    if rate > 0:
+        doc["step_time_s"] = rate if bar.group(4) == "s/it" else 1.0 / rate
+    for line in reversed(lines[:index + 1]):
+        loss = _HF_LOSS.search(line)
+        if loss is not None:
+            doc["loss"] = _number(loss.group(1), "loss")
+            break
+    return doc
+
+
 def latest_progress(text: str, fmt: str, regex: str | None = None) -> Doc | None:
     """The newest progress line of a log excerpt, or None when no line is one. Raises
     LogFormatError for the newest line that looks like progress but cannot be read."""
@@ -123,6 +171,10 @@ def latest_progress(text: str, fmt: str, regex: str | None = None) -> Doc | None
         parse = parse_maxtext_line
     elif fmt == "jsonl":
         parse = parse_jsonl_line
+    elif fmt == "deepspeed":
+        parse = parse_deepspeed_line
+    elif fmt == "transformers":
+        return latest_transformers_progress(text)
     elif fmt == "regex" and regex:
         compiled = compile_user_regex(regex)
 

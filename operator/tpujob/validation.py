@@ -20,6 +20,7 @@ from typing import Any
 
 from tpujob.api.patterns import DNS_LABEL_PATTERN
 from tpujob.api.resource import InvalidJobError, TpuTrainingJob, load_job
+from tpujob.api.status import FailureReason
 from tpujob.builders.invocation import build_invocation
 from tpujob.builders.launchers import launcher_problem
 from tpujob.builders.names import host_fqdn
@@ -109,7 +110,8 @@ def validate_job(obj: dict[str, Any]) -> Verdict:
         return Verdict.refuse("InvalidSlice", field, err.message, job=job)
     problem = _gpu_problem(spec, plan)
     if problem:
-        return Verdict.refuse("InvalidLauncher", problem[0], problem[1], job=job, plan=plan)
+        return Verdict.refuse(FailureReason.INVALID_LAUNCHER.value, problem[0], problem[1],
+                              job=job, plan=plan)
     longest = host_fqdn(job.metadata.get("name", ""), plan.slices - 1, plan.hosts - 1)
     if len(longest.split(".", 1)[0]) > MAX_HOSTNAME:
         return Verdict.refuse(

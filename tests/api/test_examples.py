@@ -54,9 +54,9 @@ def test_example_breaks_when_spec_is_broken(root_schema, name):
 
 @pytest.mark.parametrize("name", FILES)
 def test_example_plans(name):
+    from tpujob_plan.hardware import plan_hardware
     from tpujob_plan.memory import estimate_memory
     from tpujob_plan.mesh import plan_mesh
-    from tpujob_plan.hardware import plan_hardware
     from tpujob_trainer.config.root import TrainerConfig
 
     spec = load_job(_load(name)).spec

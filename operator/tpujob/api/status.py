@@ -76,6 +76,9 @@ class FailureReason(StrEnum):
     RESTART_LIMIT_EXCEEDED = "RestartLimitExceeded"
     CONFLICT = "Conflict"
     WORKLOAD_POLICY = "WorkloadPolicy"
+    INVALID_LAUNCHER = "InvalidLauncher"       # a GPU job's launch would not be its world
+    COLLECTIVE_TIMEOUT = "CollectiveTimeout"   # NCCL's watchdog, a rendezvous that timed out
+    HARDWARE_ERROR = "HardwareError"           # a GPU Xid, an uncorrectable ECC error
     ERROR = "Error"
 
 

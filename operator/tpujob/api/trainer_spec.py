@@ -33,6 +33,8 @@ class LogFormat(StrEnum):
     MAXTEXT = "maxtext"
     JSONL = "jsonl"
     REGEX = "regex"
+    DEEPSPEED = "deepspeed"
+    TRANSFORMERS = "transformers"
 
 
 class ProgressSpec(ApiModel):
@@ -53,7 +55,9 @@ class ProgressSpec(ApiModel):
         LogFormat.JSONL,
         description="With source log: maxtext (MaxText's `completed step: N, seconds: S, "
                     "TFLOP/s/device: F, Tokens/s/device: T, ..., loss: L` lines), jsonl "
-                    "(JSON objects with `step` and `loss`) or regex.")
+                    "(JSON objects with `step` and `loss`), deepspeed (DeepSpeed's `[Rank 0] "
+                    "step=N, ...` lines; no loss), transformers (Hugging Face Trainer's "
+                    "training bar and log dicts) or regex.")
     regex: str | None = Field(
         None, min_length=1, max_length=1024,
         description="With format regex: a Python regular expression with a named group "

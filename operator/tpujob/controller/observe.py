@@ -16,6 +16,7 @@ from typing import Any, NamedTuple
 
 from tpujob.api.status import FailureReason
 from tpujob.builders import names
+from tpujob.controller.log_failures import read_log_failure
 from tpujob.controller.trainer_reports import termination_document
 from tpujob_trainer.contract import SIGNAL_EXIT_BASE, Reason
 
@@ -161,6 +162,9 @@ class ContainerExit:
         if self.exit_code > SIGNAL_BASE:
             return (FailureReason.PREEMPTED,
                     f"{where} was killed by signal {self.exit_code - SIGNAL_BASE}")
+        found = read_log_failure(self.message)
+        if found is not None:
+            return found.reason, f"{where} exited {self.exit_code}: {found.summary}: {found.line}"
         tail = f": {self.message.strip()[-500:]}" if self.message.strip() else ""
         return FailureReason.ERROR, f"{where} exited {self.exit_code}{tail}"
 
