@@ -40,18 +40,22 @@ PER_MUTANT_TIMEOUT_S = 120.0
 
 PLAN_TESTS = ["tests/plan/test_slice_plan.py", "tests/plan/test_catalog.py",
               "tests/plan/test_memory_and_flops.py", "tests/plan/test_mesh.py",
-              "tests/plan/test_layers.py", "tests/plan/test_generations_facts.py"]
+              "tests/plan/test_layers.py", "tests/plan/test_generations_facts.py",
+              "tests/plan/test_gpu_plan.py"]
+# GPU jobs through the path a user takes: validate_job, the JobSet, `tpujob plan`.
+GPU_TESTS = ["tests/plan/test_gpu_plan.py", "tests/builders/test_gpu_jobs.py",
+             "tests/plan/test_plan_gpu_cli.py"]
 BUILDER_TESTS = ["tests/builders/test_builder_pins.py", "tests/builders/test_jobset.py",
                  "tests/builders/test_fingerprint.py", "tests/builders/test_validation.py",
                  "tests/builders/test_wiring.py", "tests/builders/test_restart_strategy.py",
                  "tests/builders/test_local_checkpoints.py", "tests/builders/test_invocation.py",
-                 "tests/builders/test_scheduling.py"]
+                 "tests/builders/test_scheduling.py", "tests/builders/test_gpu_jobs.py"]
 VALIDATION_TESTS = ["tests/builders/test_validation_pins.py", "tests/builders/test_validation.py",
                     "tests/builders/test_foreign_preflight.py",
                     "tests/builders/test_config_error_field_unit.py",
                     "tests/controller/test_admission.py", "tests/hostile/test_hostile_jobs.py",
                     "tests/builders/test_job_file_fields.py", "tests/builders/test_invocation.py",
-                    "tests/builders/test_scheduling.py"]
+                    "tests/builders/test_scheduling.py", "tests/builders/test_gpu_jobs.py"]
 CONFIG_TESTS = ["tests/trainer/test_config_fields.py", "tests/trainer/test_config.py",
                 "tests/builders/test_job_file_fields.py"]
 API_TESTS = ["tests/api/test_spec_models.py", "tests/api/test_status_models.py",
@@ -69,6 +73,13 @@ MODULES: dict[str, list[str]] = {
                                            "tests/plan/test_layers.py", "tests/plan/test_generations_facts.py"],
     "trainer/tpujob_plan/slice_plan.py": PLAN_TESTS,
     "trainer/tpujob_plan/topologies.py": PLAN_TESTS,
+    "trainer/tpujob_plan/gpu_catalog.py": GPU_TESTS,
+    "trainer/tpujob_plan/gpu_plan.py": GPU_TESTS,
+    "trainer/tpujob_plan/hardware.py": GPU_TESTS,
+    "operator/tpujob/builders/launchers.py": GPU_TESTS,
+    "operator/tpujob/builders/gpu_network.py": GPU_TESTS,
+    "operator/tpujob/cli/plan_render.py": GPU_TESTS + ["tests/plan/test_plan_cli.py"],
+    "operator/tpujob/controller/log_failures.py": ["tests/progress/test_gpu_log_formats_unit.py"],
     "operator/tpujob/builders/fingerprint.py": BUILDER_TESTS,
     "operator/tpujob/builders/jobset.py": BUILDER_TESTS,
     "operator/tpujob/builders/names.py": BUILDER_TESTS,
@@ -118,13 +129,14 @@ MODULES: dict[str, list[str]] = {
                                                         "tests/controller/test_host_reports.py"],
     "operator/tpujob/controller/host_reports.py": ["tests/controller/test_host_reports.py"],
     "operator/tpujob/log_progress.py": ["tests/progress/test_log_progress_unit.py",
+                                        "tests/progress/test_gpu_log_formats_unit.py",
                                         "tests/controller/test_host_reports.py"],
     "trainer/tpujob_trainer/cli.py": [
         "tests/trainer/test_cli.py::test_pulse_trains_a_few_steps_and_reports",
         "tests/trainer/test_cli.py"],
     "operator/tpujob/planning.py": ["tests/plan/test_memory_request.py",
                                     "tests/builders/test_job_file_fields.py",
-                                    "tests/plan/test_layers.py"],
+                                    "tests/plan/test_layers.py", *GPU_TESTS],
     "operator/tpujob/local/session/run.py": ["tests/builders/test_job_file_fields.py"],
     "operator/tpujob/local/session/manifests.py": ["tests/builders/test_job_file_fields.py",
                                                    "tests/e2e/test_display_unit.py"],
@@ -145,7 +157,8 @@ MODULES: dict[str, list[str]] = {
                                               "tests/controller/test_decide_queue.py",
                                               "tests/controller/test_goodput_wiring.py",
                                               "tests/controller/test_trainer_contract.py",
-                                              "tests/controller/test_recovery.py"],
+                                              "tests/controller/test_recovery.py",
+                                              "tests/progress/test_gpu_log_formats_unit.py"],
     "operator/tpujob/controller/reconcile.py": ["tests/controller/test_reconcile_paths.py",
                                                 "tests/controller/test_verdict_cache.py",
                                                 "tests/controller/test_reconcile_hosts.py",
@@ -213,6 +226,7 @@ MODULES: dict[str, list[str]] = {
     **{f"operator/tpujob/local/executor/{name}.py": ["tests/executor/test_policies_unit.py"]
        for name in ("failure_policy", "jobset_children", "jobset_status", "jobset_controller")},
     "operator/tpujob/local/executor/container_env.py": ["tests/executor/test_podenv_unit.py"],
+    "trainer/tpujob_trainer/mesh.py": ["tests/trainer/test_contract.py"],
     "operator/tpujob/local/executor/keys.py": ["tests/executor/test_policies_unit.py"],
     # The fast table first; the kubelet's own fields (next start, termination-log path, gone)
     # are read only by the kubelet, which needs an API server.

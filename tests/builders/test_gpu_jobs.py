@@ -159,8 +159,9 @@ def test_the_world_every_process_reads():
     assert "JAX_NUM_PROCESSES" not in torch
     jax = _env(_pod_template(_jobset(_job(trainer={"command": ["python3", "t.py"]})))[
         "spec"]["containers"][0])
-    assert (jax["JAX_NUM_PROCESSES"], jax["TPUJOB_EXPECTED_DEVICES"], jax["NNODES"]) == (
-        "2", "16", "2")
+    assert (jax["JAX_NUM_PROCESSES"], jax["TPUJOB_EXPECTED_DEVICES"], jax["NNODES"],
+            jax["TPUJOB_NUM_SLICES"]) == (
+        "2", "16", "2", "2")
     assert jax["JAX_PROCESS_ID"] == rank
     assert jax["JAX_COORDINATOR_ADDRESS"] == f"{MASTER}:8482"
     assert "WORLD_SIZE" not in jax
@@ -174,6 +175,10 @@ def test_the_built_in_trainer_runs_on_gpu_nodes_with_its_memory_checked():
     status_slice = _slice_status(verdict)
     assert (status_slice.topology, status_slice.machine_type, status_slice.hosts,
             status_slice.chips, status_slice.processes) == ("2x8", "a3-ultragpu-8g", 2, 16, 2)
+    [container] = _pod_template(build_jobset(job, verdict.job.spec, verdict.plan))["spec"][
+        "containers"]
+    assert container["command"] == ["tpujob-train"]
+    assert container["args"][:2] == ["--config", "/etc/tpujob/trainer.yaml"]
     # A model that needs more than an H200's memory per GPU is refused, naming the machine.
     big = {"model": {**TINY["model"], "vocab_size": 32000, "d_model": 8192, "n_layers": 80,
                      "n_heads": 64, "n_kv_heads": 8, "head_dim": 128, "mlp_dim": 28672},

@@ -100,7 +100,7 @@ class Local:
         """Log files of one host's trainer container over every pod that played it (a restart
         of the JobSet makes new pods), oldest first."""
         pods = self.cluster.workdir / "pods" / self.namespace
-        files = pods.glob(f"{name}-slice-{slice_index}-{host}-*/containers/*/*.log")
+        files = pods.glob(f"{name}-slice-{slice_index}-{host}-*/containers/trainer*/*.log")
         return sorted(files, key=lambda p: p.stat().st_mtime)
 
     def events(self, name: str) -> list[dict[str, Any]]:

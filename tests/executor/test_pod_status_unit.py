@@ -22,6 +22,8 @@ from tpujob.local.executor.pod_status import (
     build_pod_status,
     exit_code_of,
     has_started,
+    is_init_done,
+    is_sidecar,
     pod_outcome,
     qos_class,
     should_restart,
@@ -62,8 +64,11 @@ def _stopped(code: int, init: bool = False, **spec) -> ContainerRun:
         {"action": "RestartAllContainers", "exitCodes": {"operator": "In", "values": [42]}},
         {"action": "Restart", "exitCodes": {"operator": "In", "values": [42]}}]}, 42, False,
      False),
-    # An init container's own restartPolicy makes a sidecar, which this kubelet does not run.
+    # An init container's own restartPolicy: Always makes a sidecar, which always restarts;
+    # any other of its own is not one (the API server refuses it; the pod's decides).
     ("Never", RETRY_42, 42, True, False),
+    ("Never", {"restartPolicy": "Always"}, 0, True, True),
+    ("Never", {"restartPolicy": "Always"}, 137, True, True),
 ])
 def test_should_restart(pod_policy, spec, code, init, restart):
     assert should_restart(_stopped(code, init, **spec), pod_policy) is restart
@@ -302,3 +307,29 @@ def test_a_condition_keeps_its_transition_time_until_its_status_changes():
               for c in build_pod_status(run, 1_800_000_000.0)["conditions"]}
     assert stamps["Ready"] == "2027-01-01T00:00:00Z"          # still True
     assert stamps["Initialized"] == "2027-01-15T08:00:00Z"    # False -> True now
+
+
+def test_a_sidecar_starts_the_containers_and_outlives_them_without_deciding_the_pod():
+    """Kubernetes' native sidecar (KEP-753): once started, the next containers start; it runs
+    beside them; when they are done for good the pod's outcome is theirs, the sidecar still up."""
+    sidecar = _running(restartPolicy="Always")
+    sidecar.init = True
+    waiting = ContainerRun(spec={"name": "init2"}, dir=Path("/x"), init=True)
+    assert is_sidecar(sidecar) and not is_sidecar(waiting) and not is_sidecar(_running())
+    assert is_init_done(sidecar) and not is_init_done(waiting)
+    trainer = _stopped(0)
+    run = _with_init("Never", sidecar, trainer)
+    assert pod_outcome(run) == "Succeeded"
+    run.containers = [_stopped(3)]
+    assert pod_outcome(run) == "Failed"
+    run.containers = [_running()]
+    assert pod_outcome(run) is None
+    status = build_pod_status(run, 1_800_000_005.0)
+    assert _conditions(status)["Initialized"][0] == "True"
+    assert status["initContainerStatuses"][0]["ready"] is True
+    # Deleted: the pod is over only when the sidecar is gone too.
+    run.containers = [_stopped(0)]
+    run.stop_deadline = 1.0
+    assert pod_outcome(run) is None
+    sidecar.terminated = {"exitCode": 143}
+    assert pod_outcome(run) == "Succeeded"

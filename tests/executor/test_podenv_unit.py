@@ -8,7 +8,8 @@ import base64
 
 import pytest
 
-from tpujob.local.executor.container_env import apply_local_overrides
+from tpujob.builders.gpu_network import TCPX_IMAGE, TCPXO_IMAGE
+from tpujob.local.executor.container_env import apply_local_overrides, stand_in_argv
 from tpujob.local.executor.kubelet import read_tail
 from tpujob.local.executor.network import LocalNetwork
 from tpujob.local.executor.pod_status import exit_code_of
@@ -148,3 +149,22 @@ def test_any_jax_program_gets_devices_and_a_bind_address(env, devices, bind):
     out = apply_local_overrides(env, "127.1.2.3", "/w/term", ExecutorSettings())
     assert (out.get("JAX_NUM_CPU_DEVICES"), out.get("JAX_COORDINATOR_BIND_ADDRESS")) == \
         (devices, bind)
+
+
+@pytest.mark.parametrize("image", [TCPX_IMAGE, TCPXO_IMAGE])
+def test_a_gpu_nodes_network_daemon_is_stood_in_for(image, tmp_path):
+    """The sidecar runs as a process that says what it stands for and stays up until stopped."""
+    import subprocess
+    import sys
+
+    argv = stand_in_argv({"name": "daemon", "image": image, "command": ["/daemon"]})
+    assert argv[0] == "python3"
+    proc = subprocess.Popen([sys.executable, *argv[1:]], stdout=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert f"standing in for {image}" in line and "up until the pod stops" in line
+        assert proc.poll() is None
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+    assert stand_in_argv({"name": "trainer", "image": "trainer:1", "command": ["x"]}) is None

@@ -135,3 +135,39 @@ def test_partial_slice_is_a_mesh_mismatch_but_other_assertions_stay_bugs(monkeyp
     whole = [FakeTpu(i, (i % 2, i // 2, 0)) for i in range(4)]
     with pytest.raises(AssertionError, match="an internal invariant"):
         build_mesh(MeshConfig(ici={"data": 4}), devices=whole)
+
+
+class FakeGpu:
+    """A GPU device as mesh_utils sees it: no coordinates, a process (node) of its own; on a
+    multi-process CPU or GPU run every device says slice 0."""
+
+    platform, device_kind, slice_index = "gpu", "NVIDIA H200", 0
+
+    def __init__(self, i: int, process: int):
+        self.id, self.process_index = i, process
+
+    def __repr__(self):
+        return f"FakeGpu({self.id}, process {self.process_index})"
+
+
+@pytest.mark.parametrize("processes, per_process, ici, dcn", [
+    (2, 8, {"fsdp": 8}, {"data": 2}), (4, 2, {"fsdp": 2}, {"data": 4}),
+    (2, 4, {"tensor": 4}, {"fsdp": 2})])
+def test_gpu_nodes_are_the_mesh_granules(monkeypatch, processes, per_process, ici, dcn):
+    """Nodes (processes) span the DCN axes, each node's devices the ICI axes: every ICI group
+    of the grid is one process's devices."""
+    import numpy as np
+
+    from tpujob_trainer import mesh as mesh_module
+
+    devices = [FakeGpu(p * per_process + i, p) for p in range(processes)
+               for i in range(per_process)]
+    monkeypatch.setattr(mesh_module, "Mesh", lambda grid, names, **_: (grid, names))
+    (grid, names), planned = mesh_module.build_mesh(MeshConfig(ici=ici, dcn=dcn),
+                                                    num_slices=processes, devices=devices)
+    assert grid.size == len(devices) and planned.valid
+    # Along the DCN axis the process changes; within a DCN index, one process only.
+    dcn_axis = names.index(next(iter(dcn)))
+    for index in range(grid.shape[dcn_axis]):
+        owners = {d.process_index for d in np.take(grid, index, axis=dcn_axis).flat}
+        assert owners == {index}

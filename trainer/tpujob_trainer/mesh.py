@@ -57,9 +57,16 @@ def build_mesh(cfg: MeshConfig, *, num_slices: int = 1, devices: list | None = N
     p = plan(cfg, num_devices=len(devices), num_slices=num_slices, dims=dims)
     ici = [p.ici[a] for a in MESH_AXES]
     dcn = [p.dcn[a] for a in MESH_AXES]
+    slices = {getattr(d, "slice_index", None) for d in devices}
+    processes = {d.process_index for d in devices}
     try:
-        if num_slices > 1 and hasattr(devices[0], "slice_index"):
+        if num_slices > 1 and len(slices) == num_slices and None not in slices:
             grid = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices)
+        elif num_slices > 1 and len(processes) == num_slices:
+            # GPU nodes (and CPU processes): one process per node is the DCN granule, as
+            # MaxText lays out a multi-node GPU mesh.
+            grid = mesh_utils.create_hybrid_device_mesh(ici, dcn, devices,
+                                                        process_is_granule=True)
         elif dims is not None:
             grid = mesh_utils.create_device_mesh([i * d for i, d in zip(ici, dcn, strict=True)], devices)
         else:

@@ -29,6 +29,7 @@ from tpujob_plan.gpu_catalog import GpuMachine, GpuNetwork
 NVIDIA_LIB = "/usr/local/nvidia/lib64"
 TCPX_IMAGE = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpx/tcpgpudmarxd-dev:v2.0.11"
 TCPXO_IMAGE = "us-docker.pkg.dev/gce-ai-infra/gpudirect-tcpxo/tcpgpudmarxd-dev:v1.0.12"
+NODE_DAEMON_IMAGES = (TCPX_IMAGE, TCPXO_IMAGE)
 APERTURE = "/dev/aperture_devices"
 USER_WORKLOAD_TAINT = "user-workload"
 # GKE's documented names of the GPU NICs' networks (the GPUDirect set-up guides for each

@@ -128,7 +128,8 @@ def _container(spec: TpuTrainingJobSpec, plan: HardwarePlan, invocation: Trainer
     container: dict[str, Any] = {
         "name": name,
         "image": spec.image,
-        "command": (build_launch_command(spec.trainer, plan, jobset_name) if plan.is_gpu
+        "command": (build_launch_command(invocation.command, spec.trainer.launcher_args, plan,
+                                         jobset_name) if plan.is_gpu
                     else list(invocation.command)),
         "env": [*env, *invocation.secret_env],
         "ports": [{"name": f"metrics-{index}" if index else "metrics", "containerPort": port}],

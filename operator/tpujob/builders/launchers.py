@@ -61,9 +61,11 @@ def _script(command: list[str], launcher: Launcher) -> list[str]:
     return ["--no_python", *command]
 
 
-def build_launch_command(trainer: TrainerSpec, plan: GpuPlan, jobset_name: str) -> list[str]:
-    """The container command of a GPU job's trainer: the launcher's, wired, then the script."""
-    command = list(trainer.command or [])
+def build_launch_command(command: list[str], launcher_args: list[str], plan: GpuPlan,
+                         jobset_name: str) -> list[str]:
+    """The container command of a GPU job's trainer: `command` (the job's program, or the
+    built-in trainer's) as it is for JAX, else the launcher's, wired, then the script."""
+    command = list(command)
     launcher = plan.launcher
     if launcher is Launcher.JAX:
         return command
@@ -77,7 +79,7 @@ def build_launch_command(trainer: TrainerSpec, plan: GpuPlan, jobset_name: str) 
         wired = ["accelerate", "launch", "--num_machines", str(plan.nodes),
                  "--num_processes", str(plan.processes), "--machine_rank", NODE_RANK_REF,
                  "--main_process_ip", master, "--main_process_port", str(MASTER_PORT)]
-    return [*wired, *trainer.launcher_args, *_script(command, launcher)]
+    return [*wired, *launcher_args, *_script(command, launcher)]
 
 
 def build_launcher_env(plan: GpuPlan, jobset_name: str) -> list[dict[str, Any]]:

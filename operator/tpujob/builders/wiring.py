@@ -60,7 +60,8 @@ def build_process_env(jobset_name: str, plan: HardwarePlan, container_index: int
         _value(trainer_env.COORDINATOR_ADDRESS, f"{coordinator}:{COORDINATOR_PORT}"),
         _value(trainer_env.PROCESS_COUNT, plan.processes),
         _value(trainer_env.EXPECTED_DEVICES, plan.devices),
-        _value(trainer_env.NUM_SLICES, plan.slices),
+        # The mesh's DCN granules: slices on TPUs, nodes on GPUs (JAX sees no slice there).
+        _value(trainer_env.NUM_SLICES, plan.mesh_granules),
         _field(trainer_env.SLICE_ID, SLICE_INDEX_FIELD),
         _field(HOST_INDEX, HOST_INDEX_FIELD),
         _value(HOSTS_PER_SLICE, plan.hosts),

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tpujob.builders.gpu_network import NODE_DAEMON_IMAGES
 from tpujob_trainer import env as trainer_env
 
 from .podenv import ContainerConfigError, Lookup, PathMap
@@ -57,6 +58,19 @@ def _local_jax_env(env: dict[str, str], ip: str) -> dict[str, str]:
     if port and not env.get("JAX_COORDINATOR_BIND_ADDRESS"):
         env["JAX_COORDINATOR_BIND_ADDRESS"] = f"{ip}:{port}"
     return env
+
+
+def stand_in_argv(spec: dict[str, Any]) -> list[str] | None:
+    """For a GPU node's network daemon (GPUDirect-TCPX/TCPXO's receive-data-path manager, a
+    sidecar of every A3 High and A3 Mega pod), which needs the node's GPU NICs: a process that
+    says what it stands in for and stays up until the pod stops, as the daemon does. None for
+    any other container."""
+    image = spec.get("image")
+    if image not in NODE_DAEMON_IMAGES:
+        return None
+    note = (f"local mode: standing in for {image} (a GPU node's network daemon; this machine "
+            "has no GPU NICs), up until the pod stops")
+    return ["python3", "-c", f"import signal; print({note!r}, flush=True); signal.pause()"]
 
 
 def resolve_executable(spec: dict[str, Any], argv: list[str], env: dict[str, str],

@@ -31,6 +31,7 @@ from .container_env import (
     apply_local_overrides,
     build_start_error_message,
     resolve_executable,
+    stand_in_argv,
     with_addresses,
     write_items,
 )
@@ -46,6 +47,7 @@ from .pod_status import (
     exit_code_of,
     has_started,
     is_init_done,
+    is_sidecar,
     pod_outcome,
     should_restart,
 )
@@ -214,6 +216,15 @@ class Kubelet:
                     _signal_group(c.proc, signal.SIGKILL)
             return
         if pod_outcome(run) is not None:
+            # The regular containers are done for good: the sidecars are stopped.
+            for c in run.init_containers:
+                if not (is_sidecar(c) and c.is_alive):
+                    continue
+                if c.stop_deadline is None:
+                    c.stop_deadline = now + self.settings.stop_grace_s
+                    _signal_group(c.proc, signal.SIGTERM)
+                elif now >= c.stop_deadline:
+                    _signal_group(c.proc, signal.SIGKILL)
             return
         restart = (run.pod.get("spec") or {}).get("restartPolicy", "Always")
         for c in run.init_containers + run.containers:
@@ -249,8 +260,8 @@ class Kubelet:
         except OSError as err:
             c.waiting = ("ContainerCreating", f"MountVolume.SetUp failed: {err}")
             return
-        argv = [self.network.rewrite(run.key[0], paths.apply(a))
-                for a in expand_command(c.spec, env)]
+        argv = stand_in_argv(c.spec) or [self.network.rewrite(run.key[0], paths.apply(a))
+                                         for a in expand_command(c.spec, env)]
         c.terminated, c.waiting = None, None
         executable = resolve_executable(c.spec, argv, env, paths)
         if executable is None:

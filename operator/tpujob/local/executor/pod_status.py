@@ -32,6 +32,7 @@ class ContainerRun:
     last_terminated: dict[str, Any] | None = None
     waiting: tuple[str, str] | None = ("ContainerCreating", "")
     next_start: float = 0.0
+    stop_deadline: float | None = None  # a sidecar told to stop: killed if still up after it
     _pump: threading.Thread | None = None  # copies the output into the log while it runs
 
     @property
@@ -80,7 +81,17 @@ def exit_code_of(returncode: int) -> int:
     return returncode if returncode >= 0 else 128 - returncode
 
 
+def is_sidecar(c: ContainerRun) -> bool:
+    """A restartable init container (Kubernetes' native sidecar, KEP-753: an init container
+    with `restartPolicy: Always`): started in order with the init containers, it runs beside
+    the regular ones, restarts whenever it exits, and is stopped once they are done."""
+    return c.init and c.spec.get("restartPolicy") == "Always"
+
+
 def is_init_done(c: ContainerRun) -> bool:
+    """An init container lets the next start once it exited 0; a sidecar, once it started."""
+    if is_sidecar(c):
+        return c.started_at is not None
     return c.terminated is not None and c.terminated["exitCode"] == 0
 
 
@@ -98,7 +109,9 @@ def should_restart(c: ContainerRun, policy: str) -> bool:
     `restartPolicyRules` (the first rule whose exit codes match decides; `Restart` restarts it;
     `RestartAllContainers`, behind the alpha gate RestartAllContainersOnContainerExits, falls
     back to the container's policy), else the pod's restartPolicy. Init containers follow the
-    pod's (no sidecars here)."""
+    pod's; a sidecar always starts again."""
+    if is_sidecar(c):
+        return True
     code = c.terminated["exitCode"]
     own = None if c.init else c.spec.get("restartPolicy")
     if own is not None:
@@ -121,7 +134,8 @@ def has_started(pod: dict[str, Any]) -> bool:
 def pod_outcome(run: PodRun) -> str | None:
     """Succeeded/Failed once the pod's containers are done for good, else None."""
     restart = (run.pod.get("spec") or {}).get("restartPolicy", "Always")
-    if run.live():
+    # A sidecar outlives the regular containers until the kubelet stops it: it decides nothing.
+    if run.live() if run.stopping else any(not is_sidecar(c) for c in run.live()):
         return None
     if run.stopping:
         ok = all(c.terminated is not None and c.terminated["exitCode"] == 0
@@ -151,7 +165,8 @@ def build_container_status(c: ContainerRun) -> dict[str, Any]:
     else:
         reason, message = c.waiting or ("ContainerCreating", "")
         state = {"waiting": {"reason": reason, **({"message": message} if message else {})}}
-    status = {"name": c.name, "state": state, "ready": c.is_alive and not c.init,
+    status = {"name": c.name, "state": state, "ready": c.is_alive and (not c.init or
+                                                                       is_sidecar(c)),
               "restartCount": c.restart_count, "image": c.spec.get("image", ""), "imageID": "",
               "started": c.is_alive}
     if c.proc is not None:
