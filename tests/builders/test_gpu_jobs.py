@@ -13,7 +13,6 @@ import pytest
 import yaml
 
 from tpujob.builders.jobset import build_jobset
-from tpujob.builders.launchers import MASTER_PORT
 from tpujob.controller.decide import _slice_status
 from tpujob.validation import validate_job
 from tpujob_plan.gpu_catalog import GPU_MACHINES
@@ -25,6 +24,7 @@ TINY = {"model": {"vocab_size": 256, "d_model": 64, "n_layers": 2, "n_heads": 4,
                   "n_kv_heads": 2, "head_dim": 16, "mlp_dim": 128},
         "train": {"steps": 10, "global_batch": 16, "seq_len": 64}}
 MASTER = "run-slice-0-0.run"
+MASTER_PORT = 29500  # torchrun's and accelerate's default
 
 
 def _job(**spec) -> dict:
@@ -112,6 +112,22 @@ def test_tcpx_interfaces_are_xpks_and_the_others_name_the_gke_networks():
         f"gpu-net-{i}" for i in range(8)])))["metadata"]["annotations"]
     assert [i["interfaceName"] for i in json.loads(own[key])] == [f"eth{i}" for i in range(9)]
     assert json.loads(own[key])[8]["network"] == "gpu-net-7"
+
+
+def test_gpu_pods_tolerate_the_gpu_taints_and_their_capacity_not_a_tpus():
+    pod = _pod_template(_jobset(_job(scheduling={"capacity": {"type": "Spot"}})))["spec"]
+    keys = [t["key"] for t in pod["tolerations"]]
+    assert keys[:2] == ["nvidia.com/gpu", "user-workload"]
+    assert "cloud.google.com/gke-spot" in keys and "google.com/tpu" not in keys
+    assert pod["nodeSelector"]["cloud.google.com/gke-spot"] == "true"
+
+
+@pytest.mark.parametrize("command", [["python3"], ["python3", "-m"], ["/opt/app/run"],
+                                     ["python3", "launch.py", "accelerate"],
+                                     ["/opt/app/run", "-m", "torchrun"]])
+def test_commands_that_start_no_launcher_pass(command):
+    verdict = validate_job(_job(trainer={"command": command}))
+    assert verdict.valid, verdict.message
 
 
 def test_one_job_of_one_pod_per_node_not_exclusive_to_a_node_pool():
@@ -206,6 +222,8 @@ def test_the_built_in_trainer_runs_on_gpu_nodes_with_its_memory_checked():
      "spec.trainer.command", "set spec.trainer.launcher: torchrun and give only the script"),
     (dict(trainer={"command": ["python3", "-m", "torch.distributed.run", "train.py"]}),
      "spec.trainer.command", "spec.trainer.launcher: torchrun"),
+    (dict(trainer={"command": ["python", "-m", "accelerate.commands.launch", "t.py"]}),
+     "spec.trainer.command", "starts accelerate.commands.launch itself"),
     (dict(trainer={"command": ["deepspeed", "--num_gpus", "8", "train.py"]}),
      "spec.trainer.command", "the deepspeed launcher reaches the other nodes over ssh"),
     (dict(trainer={"launcher": "torchrun", "command": ["python3", "train.py"],

@@ -3,6 +3,7 @@ launcher runs, and the refusals of fields that belong to the other kind of hardw
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -19,25 +20,34 @@ pytestmark = pytest.mark.unit
 XPK = Path(__file__).resolve().parents[1] / "builders" / "xpk_gpu"
 
 # machine type, xpk device type, accelerator label, GPUs per node, GPU memory (GB), network,
-# GPU NICs (xpk: system_characteristics.py and the workload decorators, commit 367c838).
+# GPU NICs (xpk: system_characteristics.py and the workload decorators, commit 367c838), dense
+# bf16 TFLOP/s per GPU (NVIDIA's data sheets: H100 and H200 SXM 989, B200 2250).
 MACHINES = [
-    ("a3-highgpu-8g", "h100-80gb-8", "nvidia-h100-80gb", 8, 80, GpuNetwork.TCPX, 4),
-    ("a3-megagpu-8g", "h100-mega-80gb-8", "nvidia-h100-mega-80gb", 8, 80, GpuNetwork.TCPXO, 8),
-    ("a3-ultragpu-8g", "h200-141gb-8", "nvidia-h200-141gb", 8, 141, GpuNetwork.RDMA, 8),
-    ("a4-highgpu-8g", "b200-8", "nvidia-b200", 8, 180, GpuNetwork.RDMA, 8),
+    ("a3-highgpu-8g", "h100-80gb-8", "nvidia-h100-80gb", 8, 80, GpuNetwork.TCPX, 4, 989),
+    ("a3-megagpu-8g", "h100-mega-80gb-8", "nvidia-h100-mega-80gb", 8, 80, GpuNetwork.TCPXO, 8,
+     989),
+    ("a3-ultragpu-8g", "h200-141gb-8", "nvidia-h200-141gb", 8, 141, GpuNetwork.RDMA, 8, 989),
+    ("a4-highgpu-8g", "b200-8", "nvidia-b200", 8, 180, GpuNetwork.RDMA, 8, 2250),
 ]
 
 
-@pytest.mark.parametrize("name, device_type, label, gpus, memory_gb, network, nics", MACHINES)
+@pytest.mark.parametrize("name, device_type, label, gpus, memory_gb, network, nics, peak",
+                         MACHINES)
 def test_each_machine_type_by_either_name(name, device_type, label, gpus, memory_gb, network,
-                                          nics):
+                                          nics, peak):
     for alias in (name, device_type, f" {device_type.upper()} "):
         machine = resolve_gpu(alias)
         assert machine.name == name
         assert is_gpu_name(alias)
     assert (machine.device_type, machine.accelerator_label, machine.gpus_per_node,
-            machine.gpu_memory_bytes, machine.network, machine.gpu_nics) == (
-        device_type, label, gpus, memory_gb * 1000**3, network, nics)
+            machine.gpu_memory_bytes, machine.network, machine.gpu_nics,
+            machine.peak_bf16_tflops_per_gpu) == (
+        device_type, label, gpus, memory_gb * 1000**3, network, nics, peak)
+    # Facts and plans are values: nothing downstream can change them.
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        machine.gpus_per_node = 4
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        plan_gpu(name).nodes = 3
 
 
 @pytest.mark.parametrize("device_type", [m.device_type for m in GPU_MACHINES])
@@ -60,7 +70,7 @@ def test_what_xpk_renders_for_the_machine_type_is_what_the_plan_says(device_type
 
 @pytest.mark.parametrize("launcher, per_node", [
     (Launcher.JAX, 1), (Launcher.TORCHRUN, 8), (Launcher.ACCELERATE, 8), ("torchrun", 8)])
-@pytest.mark.parametrize("nodes", [1, 2, 16])
+@pytest.mark.parametrize("nodes", [1, 2, 16, 1024])
 def test_processes_per_launcher(launcher, per_node, nodes):
     plan = plan_gpu("a3-megagpu-8g", nodes=nodes, launcher=launcher)
     assert plan.processes_per_node == per_node

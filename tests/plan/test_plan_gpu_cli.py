@@ -85,3 +85,24 @@ def test_refusals_name_the_option(capsys, args, says):
     code, _, err = _plan(capsys, *args)
     assert code == 1
     assert says in err
+
+
+def test_the_table_is_aligned_numbers_right(capsys):
+    code, out, err = _plan(capsys, "a3-highgpu-8g", "a4-highgpu-8g", "--nodes", "12",
+                           "--launcher", "accelerate")
+    assert code == 0, err
+    assert out.splitlines()[:3] == [
+        "MACHINE TYPE   GPU         NODES  GPUS  GPU/NODE  LAUNCHER    PROCESSES    MEM/GPU"
+        "      PEAK/GPU  NETWORK",
+        "a3-highgpu-8g  H100 80GB      12    96         8  accelerate         96   74.5 GiB"
+        "   989 TFLOP/s  TCPX x4",
+        "a4-highgpu-8g  B200 180GB     12    96         8  accelerate         96  167.6 GiB"
+        "  2250 TFLOP/s  RDMA x8"]
+
+
+@pytest.mark.parametrize("nodes, line", [
+    ("1", "  mesh            valid: ici fsdp=8   (any layout within a node)"),
+    ("2", "  mesh            valid: ici fsdp=8   dcn data=2   (any layout within a node)")])
+def test_dcn_axes_are_shown_across_nodes(capsys, nodes, line):
+    code, out, _ = _plan(capsys, "a3-highgpu-8g", "--nodes", nodes, "--ici", "fsdp=8")
+    assert code == 0 and line in out.splitlines()

@@ -100,11 +100,11 @@ def launcher_problem(trainer: TrainerSpec, env: list[Any], plan: GpuPlan
     world = (f"{plan.nodes} node(s) x {plan.machine.gpus_per_node} GPUs: {plan.devices} "
              f"GPUs")
     command = list(trainer.command or [])
-    words = [os.path.basename(command[0])] if command else []
-    if len(command) > 1 and _PYTHON.match(words[0]) and command[1] == "-m":
-        words = command[2:3]
-    started = _LAUNCHER_WORDS.get(words[0]) if words else None
-    if words and words[0] in _LAUNCHER_WORDS:
+    program = os.path.basename(command[0]) if command else ""
+    if _PYTHON.match(program) and command[1:2] == ["-m"]:
+        program = next(iter(command[2:]), "")   # python3 -m torch.distributed.run ...
+    started = _LAUNCHER_WORDS.get(program)
+    if program in _LAUNCHER_WORDS:
         if started is None:
             return ("spec.trainer.command",
                     "the deepspeed launcher reaches the other nodes over ssh with a hostfile, "
@@ -112,10 +112,10 @@ def launcher_problem(trainer: TrainerSpec, env: list[Any], plan: GpuPlan
                     "init_distributed reads torchrun's variables) or accelerate with a "
                     "DeepSpeed config, and give the script and its arguments as the command")
         return ("spec.trainer.command",
-                f"starts {words[0]} itself, so each of the {plan.nodes} node(s) would launch "
+                f"starts {program} itself, so each of the {plan.nodes} node(s) would launch "
                 f"the world its own options say; set spec.trainer.launcher: "
                 f"{started.value} and give only the script and its arguments (e.g. [python3, "
-                f"train.py]): the operator runs {words[0]} on every node for {world}, one "
+                f"train.py]): the operator runs {program} on every node for {world}, one "
                 f"process per GPU, with the node's rank")
     for i, word in enumerate(trainer.launcher_args):
         option = _option(word)
