@@ -44,7 +44,7 @@ PLAN_TESTS = ["tests/plan/test_slice_plan.py", "tests/plan/test_catalog.py",
               "tests/plan/test_gpu_plan.py"]
 # GPU jobs through the path a user takes: validate_job, the JobSet, `tpujob plan`.
 GPU_TESTS = ["tests/plan/test_gpu_plan.py", "tests/builders/test_gpu_jobs.py",
-             "tests/plan/test_plan_gpu_cli.py"]
+             "tests/plan/test_plan_output.py"]
 BUILDER_TESTS = ["tests/builders/test_builder_pins.py", "tests/builders/test_jobset.py",
                  "tests/builders/test_fingerprint.py", "tests/builders/test_validation.py",
                  "tests/builders/test_wiring.py", "tests/builders/test_restart_strategy.py",

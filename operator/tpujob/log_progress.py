@@ -156,7 +156,7 @@ def latest_transformers_progress(text: str) -> Doc | None:
     doc: Doc = {"step": _step(bar.group(1))}
     if rate > 0:
         doc["step_time_s"] = rate if bar.group(4) == "s/it" else 1.0 / rate
-    for line in reversed(lines[:index + 1]):
+    for line in reversed(lines[:index]):
         loss = _HF_LOSS.search(line)
         if loss is not None:
             doc["loss"] = _number(loss.group(1), "loss")

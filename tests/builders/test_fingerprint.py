@@ -43,3 +43,23 @@ def test_env_value_from_is_hashed_as_written():
     spec = load_spec(BASE | {"env": [{"name": "A", "valueFrom": value_from}]})
     assert build_fingerprint(spec)["env"] == _digest(
         [{"name": "A", "value": None, "valueFrom": value_from}])
+
+
+GPU = {"slice": "a3-megagpu-8g", "nodes": 2, "image": "trainer:1", "output": "gs://bucket/run",
+       "trainer": {"launcher": "torchrun", "command": ["python3", "t.py"]}}
+
+
+def test_fields_added_later_change_nothing_at_their_defaults():
+    """A JobSet built before nodes, gpuNetworks and the launcher existed reads as unchanged."""
+    before = build_fingerprint(load_spec(BASE))
+    assert {"nodes", "gpuNetworks"}.isdisjoint(before)
+    written = load_spec(BASE | {"trainer": {"launcher": "jax", "launcherArgs": []}})
+    assert build_fingerprint(written) == before
+    assert changed_fields(load_spec(GPU | {"nodes": 3}),
+                          encode_fingerprint(load_spec(GPU))) == ("spec.nodes",)
+    other = GPU | {"trainer": {**GPU["trainer"], "launcher": "accelerate"}}
+    assert changed_fields(load_spec(other), encode_fingerprint(load_spec(GPU))) == (
+        "spec.trainer",)
+    args = GPU | {"trainer": {**GPU["trainer"], "launcherArgs": ["--max_restarts=1"]}}
+    assert changed_fields(load_spec(args), encode_fingerprint(load_spec(GPU))) == (
+        "spec.trainer",)

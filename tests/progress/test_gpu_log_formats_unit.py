@@ -50,9 +50,18 @@ def test_deepspeed_line(line, expected):
     (_bar(300, 1000) + CLEAR + "{'loss': 9.0, 'epoch': 0.3}\n", {"step": 300,
                                                                 "step_time_s": 0.4}),
     ("{'loss': 2.0, 'epoch': 0.1}\nno bar yet", None),
+    # A bar that has not measured a rate yet gives no step time.
+    (_bar(1, 10, " 0.00it/s"), {"step": 1}),
 ])
 def test_transformers_progress(text, expected):
     assert latest_progress(text, "transformers") == expected
+
+
+def test_an_unknown_format_is_refused_even_with_a_regex():
+    with pytest.raises(ValueError, match="unknown log format 'bogus'"):
+        latest_progress("step 3", "bogus", regex=r"step (?P<step>\d+)")
+    with pytest.raises(ValueError, match="unknown log format 'regex'"):
+        latest_progress("step 3", "regex", regex=None)
 
 
 def test_the_newest_deepspeed_line_wins_and_the_formats_are_the_api_s():

@@ -160,8 +160,9 @@ def test_gpu_nodes_are_the_mesh_granules(monkeypatch, processes, per_process, ic
 
     from tpujob_trainer import mesh as mesh_module
 
-    devices = [FakeGpu(p * per_process + i, p) for p in range(processes)
-               for i in range(per_process)]
+    # Listed interleaved (as jax.devices() may order them): the layout must group by process.
+    devices = [FakeGpu(p * per_process + i, p) for i in range(per_process)
+               for p in range(processes)]
     monkeypatch.setattr(mesh_module, "Mesh", lambda grid, names, **_: (grid, names))
     (grid, names), planned = mesh_module.build_mesh(MeshConfig(ici=ici, dcn=dcn),
                                                     num_slices=processes, devices=devices)
@@ -171,3 +172,23 @@ def test_gpu_nodes_are_the_mesh_granules(monkeypatch, processes, per_process, ic
     for index in range(grid.shape[dcn_axis]):
         owners = {d.process_index for d in np.take(grid, index, axis=dcn_axis).flat}
         assert owners == {index}
+
+
+def test_tpu_slices_are_the_mesh_granules(monkeypatch):
+    """Devices that name their slice: the DCN axis runs across slices, whatever the process."""
+    import numpy as np
+
+    from tpujob_trainer import mesh as mesh_module
+
+    class SliceTpu(FakeTpu):
+        def __init__(self, i, coords, slice_index):
+            super().__init__(i, coords)
+            self.slice_index = slice_index
+
+    devices = [SliceTpu(s * 4 + i, (i % 2, i // 2, 0), s) for i in range(4) for s in range(2)]
+    monkeypatch.setattr(mesh_module, "Mesh", lambda grid, names, **_: (grid, names))
+    (grid, names), _ = mesh_module.build_mesh(MeshConfig(ici={"fsdp": 4}, dcn={"data": 2}),
+                                              num_slices=2, devices=devices)
+    for index in range(2):
+        assert {d.slice_index for d in np.take(grid, index, axis=names.index("data")).flat} == \
+            {index}

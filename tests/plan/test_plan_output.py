@@ -1,5 +1,5 @@
-"""`tpujob plan` for GPU machine types, as a user calls it: the table, each machine's details,
-the JSON, and refusals naming the option."""
+"""`tpujob plan` in process, as a user calls it: for GPU machine types the table, each machine's
+details, the JSON and refusals naming the option; for TPU slices the whole output of one call."""
 
 from __future__ import annotations
 
@@ -106,3 +106,34 @@ def test_the_table_is_aligned_numbers_right(capsys):
 def test_dcn_axes_are_shown_across_nodes(capsys, nodes, line):
     code, out, _ = _plan(capsys, "a3-highgpu-8g", "--nodes", nodes, "--ici", "fsdp=8")
     assert code == 0 and line in out.splitlines()
+
+
+def test_a_slice_plan_reads_as_a_user_sees_it(capsys):
+    """The TPU table and details, in process (the console-script tests above run a separate
+    interpreter): every column in place, numbers right-aligned, both tpu7x layouts, the model's
+    memory lines. A change of layout or of a planned figure shows here, line by line."""
+    code, out, err = _plan(capsys, "v6e-16", "tpu7x-64", "--params", "8B", "--ici", "fsdp=-1")
+    assert code == 0, err
+    assert out.splitlines() == [
+    'SLICE     TOPOLOGY  MACHINE TYPE       SLICES  HOSTS  CHIPS  DEVICES  DEV/HOST  PROCESSES   HBM/DEV        PEAK/DEV  WORKLOAD POLICY',
+    'v6e-16    4x4       ct6e-standard-4t        1      4     16       16         4          4  29.8 GiB     918 TFLOP/s  -',
+    'tpu7x-64  2x4x4     tpu7x-standard-4t       1      8     32       64         8          8  96.0 GiB  1153.5 TFLOP/s  tpu7x-64-2x4x4-placement-policy',
+    '',
+    'v6e-16 (v6e-4x4):',
+    '  node selector   cloud.google.com/gke-tpu-accelerator=tpu-v6e-slice, cloud.google.com/gke-tpu-topology=4x4',
+    '  resources       google.com/tpu: 4 per container',
+    '  mesh            valid: ici fsdp=16   (physical 4x4x1)',
+    '  model           ~8B: 7.94 B params, global batch 16, seq 2048, remat none',
+    '  memory/device   20.77 GiB of 28.31 GiB usable: fits',
+    '  breakdown       activations 12.78 GiB, optimizer 3.70 GiB, params 1.85 GiB, castWeights 0.89 GiB, workspace 0.80 GiB, outputLayer 0.50 GiB, logits 0.24 GiB',
+    '',
+    'tpu7x-64 (tpu7x-2x4x4):',
+    '  layout          1 container(s) x 4 chips per host: 8 JAX processes (default)   <- planned',
+    '  layout          2 container(s) x 2 chips per host: 16 JAX processes (opt-in: containersPerHost 2)',
+    '  node selector   cloud.google.com/gke-tpu-accelerator=tpu7x, cloud.google.com/gke-tpu-topology=2x4x4, cloud.google.com/placement-policy-name=tpu7x-64-2x4x4-placement-policy',
+    '  resources       google.com/tpu: 4 per container',
+    '  mesh            valid: ici fsdp=64   (physical 2x4x4x2)',
+    '  model           ~8B: 7.94 B params, global batch 64, seq 2048, remat none',
+    '  memory/device   22.85 GiB of 91.20 GiB usable: fits',
+    '  breakdown       activations 19.17 GiB, workspace 1.20 GiB, optimizer 0.92 GiB, outputLayer 0.50 GiB, params 0.46 GiB, logits 0.37 GiB, castWeights 0.22 GiB',
+    ]
