@@ -71,6 +71,8 @@ def test_json(capsys):
         "acceleratorLabel": "nvidia-b200", "nodes": 1, "gpusPerNode": 8, "totalGpus": 8,
         "processes": 1, "network": "rdma", "gpuNics": 8,
         "launchers": {"jax": 1, "torchrun": 8, "accelerate": 8}}
+    assert (plan["gpuMemoryPerGpuGiB"], plan["peakTflopsPerGpu"]) == (
+        round(180e9 / 2**30, 3), 2250.0)
     assert plan["resources"] == {"requests": {"nvidia.com/gpu": "8"},
                                  "limits": {"nvidia.com/gpu": "8"}}
 
