@@ -16,6 +16,7 @@ import pytest
 
 from tests.e2e.conftest import TINY, resumed_steps, unique
 from tests.support.apiserver import wait_for
+from tpujob_trainer.checkpoint import StepDirs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
 
@@ -97,8 +98,11 @@ def test_a_jax_job_on_gpu_nodes_trains_is_killed_and_resumes(local, gcs_env):
                        # a node, data spans the nodes.
                        "parallelism": {"ici": {"fsdp": -1}, "dcn": {"data": 2}},
                        "data": {"kind": "synthetic"}, "restartPolicy": {"maxRestarts": 2}})
-    local.wait(name, lambda s: ((s.get("progress") or {}).get("lastCheckpointStep") or 0) >= 20,
-               timeout=180, message="a checkpoint")
+    # A checkpoint complete on GCS (the status's lastCheckpointStep is a save begun, which a
+    # kill can still leave unfinished), then SIGKILL node 1's process.
+    checkpoints = StepDirs(f"gs://tpujob-e2e/{name}/checkpoints")
+    wait_for(lambda: checkpoints.complete_steps(quiet=True), timeout=180, interval=0.2,
+             message="a complete checkpoint")
     [node1] = [p for p in local.processes(name) if "-slice-0-1-" in p["pod"]]
     os.kill(node1["pid"], signal.SIGKILL)
     job = local.wait_phase(name, "Succeeded", "Failed", timeout=240)
@@ -108,5 +112,6 @@ def test_a_jax_job_on_gpu_nodes_trains_is_killed_and_resumes(local, gcs_env):
     assert (status["slice"]["machineType"], status["slice"]["processes"]) == (
         "a3-ultragpu-8g", 2)
     before, after, resumed = resumed_steps(local, name)
-    assert resumed >= 20 and sorted(after) == list(range(resumed + 1, TOTAL + 1))
+    assert resumed >= TINY["checkpoint"]["every"]
+    assert sorted(after) == list(range(resumed + 1, TOTAL + 1))
     assert max(before) >= resumed
