@@ -105,7 +105,7 @@ def decorate_gpu_pod(pod: dict[str, Any], annotations: dict[str, str], machine: 
         {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"},
         {"key": USER_WORKLOAD_TAINT, "operator": "Equal", "value": "true",
          "effect": "NoSchedule"},
-        *[t for t in pod.get("tolerations", []) if t.get("key") != "google.com/tpu"],
+        *pod.get("tolerations", []),
     ]
     env = [{"name": "LD_LIBRARY_PATH", "value": NVIDIA_LIB},
            {"name": "USE_GPUDIRECT", "value": machine.network.value}]

@@ -157,7 +157,9 @@ def build_pod_spec(job_name: str, spec: TpuTrainingJobSpec, plan: HardwarePlan,
         "hostNetwork": not plan.is_gpu,
         "dnsPolicy": "ClusterFirstWithHostNet",
         "nodeSelector": {**plan.node_selector, **capacity.node_selector},
-        "tolerations": [{"key": TPU_RESOURCE, "operator": "Exists", "effect": "NoSchedule"},
+        # GPU nodes' taints are tolerated with their network pieces (gpu_network.py).
+        "tolerations": [*([] if plan.is_gpu else [{"key": TPU_RESOURCE, "operator": "Exists",
+                                                   "effect": "NoSchedule"}]),
                         *capacity.tolerations],
         "terminationGracePeriodSeconds": TERMINATION_GRACE_SECONDS,
         "containers": [_container(spec, plan, invocation, jobset_name, name, i)
