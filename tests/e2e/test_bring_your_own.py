@@ -248,9 +248,12 @@ def test_tunix_grpo_trains_on_two_hosts_resumes_after_a_kill_and_its_reward_rise
             assert (start["process"], start["processes"], start["devices"]) == (host, 2, 2)
         assert first["resumed_at"] == 0
     # The second run resumed from one of Tunix's own checkpoints, not from step 0, and finished.
+    # A save host 1 had written its part of can still be committed by host 0 after the kill:
+    # the resume is from a periodic checkpoint no older than the newest one complete at the kill.
     resumed = starts[0][1]["resumed_at"]
-    assert resumed == starts[1][1]["resumed_at"] == max(at_kill) >= TUNIX_CHECKPOINT_EVERY, (
+    assert resumed == starts[1][1]["resumed_at"] >= max(at_kill) >= TUNIX_CHECKPOINT_EVERY, (
         starts, at_kill)
+    assert resumed % TUNIX_CHECKPOINT_EVERY == 0, (resumed, at_kill)
     before, after = ([e for e in lines if "step" in e] for lines in runs[0])
     assert [e["step"] for e in before] == list(range(1, len(before) + 1))
     # A step's line is written when Tunix reports its loss, during the next step: the first
