@@ -45,7 +45,7 @@ def test_defaults():
     assert spec.data is None and spec.wandb is None
     assert spec.env == []
     assert spec.restart_policy.max_restarts == 3
-    assert spec.restart_policy.retryable_exit_codes == [42]
+    assert spec.restart_policy.retryable_exit_codes is None  # the launcher's default: [42]
     assert spec.restart_policy.retry_on_signal is True
     assert spec.restart_policy.on_stall is StallAction.RESTART
     assert spec.stall_timeout_seconds == 1800

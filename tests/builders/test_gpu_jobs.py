@@ -257,3 +257,26 @@ def test_refusals(spec, field, says):
     assert not verdict.valid
     assert verdict.field == field, verdict.message
     assert says in verdict.message, verdict.message
+
+
+def _retryable(jobset: dict) -> list[int]:
+    """The exit codes that restart the job: those the pod failure policy does not fail on."""
+    rules = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["podFailurePolicy"]["rules"]
+    [codes] = [r["onExitCodes"]["values"] for r in rules if "onExitCodes" in r]
+    return [c for c in codes if c < 128]
+
+
+@pytest.mark.parametrize("launcher, policy, codes", [
+    # torchrun and accelerate exit 1 when a peer is lost: 1 restarts the job by default.
+    ("torchrun", {}, [1, 42]),
+    ("accelerate", {}, [1, 42]),
+    ("jax", {}, [42]),
+    # Written out, the job's own codes win, under any launcher.
+    ("torchrun", {"retryableExitCodes": [42]}, [42]),
+    ("jax", {"retryableExitCodes": [1, 3]}, [1, 3]),
+])
+def test_a_lost_peer_restarts_a_torch_launchers_job_by_default(launcher, policy, codes):
+    job = _job(trainer={"launcher": launcher, "command": ["python3", "train.py"]},
+               restartPolicy=policy)
+    assert _retryable(_jobset(job)) == codes
+

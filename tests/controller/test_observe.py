@@ -97,6 +97,39 @@ def test_a_crash_beats_the_sigterms_of_the_restart_it_caused(exits, expected):
     assert explain_failure(exits)[0] == expected
 
 
+GLOO_PEER_LOST = ("[rank0]: RuntimeError: [../third_party/gloo/gloo/transport/tcp/pair.cc:561] "
+                  "Connection closed by peer [10.0.0.7]:53940. This is typically caused by a "
+                  "remote worker crashing.\n")
+
+
+@pytest.mark.parametrize("exits, pod", [
+    # torchrun on the surviving node exits 1 with gloo's words; the killed node is the cause.
+    ([ContainerExit("survivor", "trainer", 1, "Error", GLOO_PEER_LOST),
+      ContainerExit("killed", "trainer", 137, "Error")], "killed"),
+    ([ContainerExit("killed", "trainer", 137, "Error"),
+      ContainerExit("survivor", "trainer", 1, "Error", GLOO_PEER_LOST)], "killed"),
+    # The built-in trainer's PeerLost is a consequence in the same way.
+    ([ContainerExit("survivor", "trainer", 42, "Error", trainer_says("PeerLost")),
+      ContainerExit("killed", "trainer", 143, "Error")], "killed"),
+    # A plain crash still beats both.
+    ([ContainerExit("survivor", "trainer", 1, "Error", GLOO_PEER_LOST),
+      ContainerExit("crashed", "trainer", 1, "Error", "ValueError: boom")], "crashed"),
+])
+def test_a_lost_peer_is_explained_by_the_peer_that_stopped(exits, pod):
+    cause = explain_failure(exits)
+    assert cause.pod == pod, cause
+
+
+def test_a_lost_peer_alone_reads_as_one_whose_node_went_away():
+    # The node died: its pod is not failed yet, the survivor's exit is all there is.
+    survivor = ContainerExit("survivor", "trainer", 1, "Error", "step 7\n" + GLOO_PEER_LOST)
+    assert survivor.lost_peer
+    reason, message = explain_failure([survivor])[:2]
+    assert reason == FailureReason.PREEMPTED, message
+    assert "exited 1: lost a peer (another process or node stopped)" in message
+    assert not ContainerExit("p", "trainer", 1, "Error", "ValueError: boom").lost_peer
+
+
 def _pod(name, *, attempt=0, job_index="0", index="0", phase="Running", ip="10.0.0.5",
          statuses=(), disrupted=False):
     return {"metadata": {"name": name,

@@ -87,6 +87,15 @@ def test_the_newest_deepspeed_line_wins_and_the_formats_are_the_api_s():
      FailureReason.HARDWARE_ERROR, "GPU hardware fault (Xid 79)"),
     ("RuntimeError: CUDA error: uncorrectable ECC error encountered",
      FailureReason.HARDWARE_ERROR, "GPU hardware fault"),
+    # What a surviving torchrun process prints when its peer on the other node is SIGKILLed
+    # (gloo, torch 2.15, seen in local mode), and NCCL's words for the same.
+    ("[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/pair.cc"
+     ":561] Connection closed by peer [127.0.0.1]:53940. This is typically caused by a remote "
+     "worker crashing. Check the logs of the remote worker before reporting an error.",
+     FailureReason.PREEMPTED, "lost a peer (another process or node stopped)"),
+    ("torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, remote "
+     "process exited or there was a network error, NCCL version 2.21.5",
+     FailureReason.PREEMPTED, "lost a peer (another process or node stopped)"),
 ])
 def test_a_log_tail_names_its_cause(tail, reason, summary):
     found = read_log_failure("step 10\n" + tail + "\nTraceback ...")
@@ -105,6 +114,9 @@ def test_a_hardware_fault_explains_the_timeouts_beside_it_and_lines_are_cut():
     long = "CUDA out of memory " + "x" * 1000
     assert len(read_log_failure(long).line) == MAX_LINE == 300
     assert read_log_failure("Traceback\nValueError: bad shape") is None
+    # A dropped HTTP connection is not a lost peer.
+    assert read_log_failure("requests.exceptions.ConnectionError: ('Connection aborted.', "
+                            "ConnectionResetError(104, 'Connection reset by peer'))") is None
     plain = ContainerExit(pod="p", container="trainer", exit_code=1, k8s_reason="Error",
                           message="ValueError: bad shape")
     assert plain.classify() == (FailureReason.ERROR,

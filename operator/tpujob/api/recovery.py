@@ -32,10 +32,12 @@ class RestartPolicy(ApiModel):
 
     max_restarts: int = Field(3, ge=0, le=1000,
                               description="Restarts allowed before the job fails.")
-    retryable_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] = Field(
-        default_factory=lambda: [42], max_length=64,
-        description="Container exit codes that restart the job (the built-in trainer exits 42 "
-                    "on a retryable error such as a lost peer). Other non-zero codes fail it.")
+    retryable_exit_codes: list[Annotated[int, Field(ge=1, le=255)]] | None = Field(
+        None, max_length=64,
+        description="Container exit codes that restart the job; other non-zero codes fail it. "
+                    "Default [42] (the built-in trainer exits 42 on a retryable error such as "
+                    "a lost peer); [1, 42] under the torchrun and accelerate launchers, which "
+                    "exit 1 when a peer is lost (and on any other error of their processes).")
     retry_on_signal: bool = Field(
         True, description="A container killed by a signal (exit code 128+N, e.g. 143 after "
                           "SIGTERM on preemption) restarts the job.")

@@ -12,7 +12,7 @@ from tpujob.builders import names
 from tpujob.builders.fingerprint import FINGERPRINT_ANNOTATION, encode_fingerprint
 from tpujob.builders.gpu_network import decorate_gpu_pod
 from tpujob.builders.invocation import TrainerInvocation, build_invocation, config_map_name
-from tpujob.builders.launchers import build_launch_command
+from tpujob.builders.launchers import build_launch_command, retryable_exit_codes
 from tpujob.builders.scheduling import (
     build_capacity_placement,
     build_jobset_annotations,
@@ -64,7 +64,7 @@ def build_children(job: dict[str, Any], spec: TpuTrainingJobSpec, plan: Hardware
 
 
 def _retryable_codes(spec: TpuTrainingJobSpec) -> list[int]:
-    codes = set(spec.restart_policy.retryable_exit_codes)
+    codes = set(retryable_exit_codes(spec.trainer, spec.restart_policy))
     if spec.restart_policy.retry_on_signal:
         codes.update(SIGNAL_EXIT_CODES)
     return sorted(codes)

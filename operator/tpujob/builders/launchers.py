@@ -22,11 +22,20 @@ import os
 import re
 from typing import Any
 
+from tpujob.api.recovery import RestartPolicy
 from tpujob.api.trainer_spec import TrainerSpec
 from tpujob.builders.names import host_fqdn
 from tpujob_plan.gpu_plan import GpuPlan, Launcher
 
 MASTER_PORT = 29500  # torchrun's and accelerate's default rendezvous port
+# The built-in trainer (and a JAX program that follows its contract) exits 42 on a retryable
+# error. torchrun's agent exits 1 whenever a process of its node fails, and a lost peer fails
+# them all at once (gloo: "Connection closed by peer"; NCCL: "remote process exited", or its
+# watchdog's timeout); accelerate runs torchrun's agent in its own process and exits the same.
+# Unless 1 restarts the job, a lost node fails it whenever the surviving node's exit reaches
+# the JobSet before the lost one's.
+DEFAULT_RETRYABLE_EXIT_CODES = {Launcher.JAX: (42,), Launcher.TORCHRUN: (1, 42),
+                                Launcher.ACCELERATE: (1, 42)}
 NODE_RANK_REF = "$(NODE_RANK)"
 _PYTHON = re.compile(r"^python(\d+(\.\d+)?)?$")
 # The options each launcher gets from the operator, with the spelling the launcher takes
@@ -132,3 +141,11 @@ def launcher_problem(trainer: TrainerSpec, env: list[Any], plan: GpuPlan
                     f"for each process of the job ({world}, {plan.processes} processes in all); "
                     f"remove it")
     return None
+
+
+def retryable_exit_codes(trainer: TrainerSpec, policy: RestartPolicy) -> list[int]:
+    """The exit codes that restart the job: restartPolicy.retryableExitCodes as written, or
+    its launcher's default."""
+    if policy.retryable_exit_codes is not None:
+        return list(policy.retryable_exit_codes)
+    return list(DEFAULT_RETRYABLE_EXIT_CODES[trainer.launcher])

@@ -1,8 +1,9 @@
 """Why a program that writes no termination message of its own failed, read from the end of its
 log (what Kubernetes puts in the termination message under `FallbackToLogsOnError`: the last
 lines of the container's log): a GPU out of memory, a collective that timed out (NCCL's
-watchdog, a rendezvous that never completed), or a GPU hardware fault (an Xid, an uncorrectable
-ECC error, a GPU fallen off the bus). Pure: text in, a reason and the line that says so out.
+watchdog, a rendezvous that never completed), a GPU hardware fault (an Xid, an uncorrectable
+ECC error, a GPU fallen off the bus) or a peer that stopped. Pure: text in, a reason and the
+line that says so out.
 
 The patterns are the messages PyTorch, NCCL, JAX/XLA and the NVIDIA driver print
 (torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp's watchdog message, c10/cuda's
@@ -33,9 +34,18 @@ _COLLECTIVE_TIMEOUT = re.compile(
     r"NCCL (?:communicator was aborted|timeout)|ncclRemoteError|"
     r"(?:rendezvous|DistStoreError|store).{0,80}(?:timed out|timeout)|"
     r"Socket Timeout|Connection timed out.*(?:nccl|gloo|c10d)", re.IGNORECASE)
+# A peer that stopped: gloo's tcp pair ("Connection closed by peer ... typically caused by a
+# remote worker crashing"), NCCL's remote error, c10d's network error. A consequence of the
+# peer's own failure, which explains it (observe.explain_failure ranks it last).
+_PEER_LOST = re.compile(
+    r"Connection (?:closed|reset) by peer.{0,80}remote worker|"
+    r"gloo/transport/tcp/\S*\] Connection (?:closed|reset) by peer|"
+    r"remote process exited or there was a network error|DistNetworkError", re.IGNORECASE)
+PEER_LOST_SUMMARY = "lost a peer (another process or node stopped)"
 _ORDER = ((_HARDWARE, FailureReason.HARDWARE_ERROR, "GPU hardware fault"),
           (_OUT_OF_MEMORY, FailureReason.OUT_OF_MEMORY, "out of GPU memory"),
-          (_COLLECTIVE_TIMEOUT, FailureReason.COLLECTIVE_TIMEOUT, "collective timed out"))
+          (_COLLECTIVE_TIMEOUT, FailureReason.COLLECTIVE_TIMEOUT, "collective timed out"),
+          (_PEER_LOST, FailureReason.PREEMPTED, PEER_LOST_SUMMARY))
 MAX_LINE = 300
 
 
@@ -43,6 +53,10 @@ class LogFailure(NamedTuple):
     reason: FailureReason
     summary: str   # e.g. "GPU hardware fault (Xid 79)"
     line: str      # the log line that says so, cut to MAX_LINE characters
+
+    @property
+    def lost_peer(self) -> bool:
+        return self.summary == PEER_LOST_SUMMARY
 
 
 def read_log_failure(text: str) -> LogFailure | None:

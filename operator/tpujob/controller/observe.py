@@ -143,6 +143,15 @@ class ContainerExit:
         doc = termination_document(self.message)
         return str(doc.get("message", "")) if doc is not None else self.message.strip()
 
+    @property
+    def lost_peer(self) -> bool:
+        """It stopped because a peer did (the trainer's PeerLost, or its log says so): a
+        consequence, which the peer's own failure explains."""
+        if self.trainer_reason is not None:
+            return self.trainer_reason == Reason.PEER_LOST.value
+        found = read_log_failure(self.message) if self.exit_code is not None else None
+        return found is not None and found.lost_peer
+
     def classify(self) -> tuple[FailureReason, str]:
         """Why this container stopped, as a status reason and a one-line message."""
         where = f"pod {self.pod}, container {self.container}"
@@ -208,13 +217,14 @@ class FailureCause(NamedTuple):
 
 def explain_failure(exits: list[ContainerExit]) -> FailureCause | None:
     """The most specific cause among the newest attempt's failed containers: a fatal trainer
-    reason or a disruption the cluster recorded beats a crash, which beats a lost peer or a
-    signal (usually the consequences of the others)."""
+    reason or a disruption the cluster recorded beats a crash, which beats a signal, which
+    beats a lost peer (usually the consequences of the others)."""
     if not exits:
         return None
     newest = exits[0].restart_attempt
     candidates = [(e.classify(), e) for e in exits if e.restart_attempt == newest]
-    candidates.sort(key=lambda c: 0 if c[1].disrupted else _RANK.get(c[0][0], 0))
+    candidates.sort(key=lambda c: 0 if c[1].disrupted else
+                    _RANK.get(c[0][0], 0) + (1 if c[1].lost_peer else 0))
     (reason, message), container = candidates[0]
     ends = [e.finished_at for _, e in candidates if e.finished_at is not None]
     return FailureCause(reason, message, container.pod or None, container.container or None,
