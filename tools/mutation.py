@@ -44,7 +44,7 @@ PLAN_TESTS = ["tests/plan/test_slice_plan.py", "tests/plan/test_catalog.py",
               "tests/plan/test_gpu_plan.py"]
 # GPU jobs through the path a user takes: validate_job, the JobSet, `tpujob plan`.
 GPU_TESTS = ["tests/plan/test_gpu_plan.py", "tests/builders/test_gpu_jobs.py",
-             "tests/plan/test_plan_output.py"]
+             "tests/plan/test_plan_output.py", "tests/plan/test_zero_memory.py"]
 BUILDER_TESTS = ["tests/builders/test_builder_pins.py", "tests/builders/test_jobset.py",
                  "tests/builders/test_fingerprint.py", "tests/builders/test_validation.py",
                  "tests/builders/test_wiring.py", "tests/builders/test_restart_strategy.py",
@@ -76,6 +76,7 @@ MODULES: dict[str, list[str]] = {
     "trainer/tpujob_plan/gpu_catalog.py": GPU_TESTS,
     "trainer/tpujob_plan/gpu_plan.py": GPU_TESTS,
     "trainer/tpujob_plan/hardware.py": GPU_TESTS,
+    "trainer/tpujob_plan/zero_memory.py": GPU_TESTS,
     "operator/tpujob/builders/launchers.py": GPU_TESTS,
     "operator/tpujob/builders/gpu_network.py": GPU_TESTS,
     "operator/tpujob/cli/plan_render.py": GPU_TESTS + ["tests/plan/test_plan_cli.py"],

@@ -21,6 +21,7 @@ from tpujob_plan.memory import MemoryEstimate, MemoryRequest
 from tpujob_plan.mesh import MeshPlan, batch_split_error, parse_axes, plan_mesh
 from tpujob_plan.model_shape import PRESETS, ModelShape
 from tpujob_plan.slice_plan import SlicePlan
+from tpujob_plan.zero_memory import Offload, model_state_bytes, offload_problem, zero_problem
 
 DEFAULT_SEQ_LEN = 2048
 _SIZE = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[0-9]+)?)\s*([kmbt]?)\s*$", re.IGNORECASE)
@@ -52,6 +53,38 @@ class ModelRequest:
 
 
 @dataclass(frozen=True)
+class ZeroRequest:
+    """`--zero STAGE [--offload ...]`: a PyTorch program's model states under DeepSpeed ZeRO."""
+
+    stage: int
+    offload: Offload = Offload.NONE
+
+
+@dataclass(frozen=True)
+class ModelStates:
+    """The model states each GPU holds, and why they do not fit (None when they do)."""
+
+    zero: ZeroRequest
+    parameters: int
+    largest_layer: int
+    bytes_per_gpu: int
+    problem: str | None
+
+    def to_dict(self) -> dict:
+        return {"zeroStage": self.zero.stage, "offload": self.zero.offload.value,
+                "parameters": self.parameters, "largestLayerParameters": self.largest_layer,
+                "perGpuGiB": round(self.bytes_per_gpu / 2**30, 3), "fits": self.problem is None,
+                **({"problem": self.problem} if self.problem else {})}
+
+
+def largest_layer_params(shape: ModelShape) -> int:
+    """The largest single module (as DeepSpeed's estimator counts them): the embedding, or an
+    MLP projection when it is wider."""
+    return max(shape.vocab_size * shape.d_model, shape.d_model * shape.mlp_dim,
+               shape.d_model * shape.n_heads * shape.head_dim)
+
+
+@dataclass(frozen=True)
 class PlanRequest:
     """Everything `tpujob plan` was asked, parsed and checked."""
 
@@ -63,6 +96,7 @@ class PlanRequest:
     ici: dict[str, int] | None = None
     dcn: dict[str, int] | None = None
     model: ModelRequest | None = None
+    zero: ZeroRequest | None = None
 
     @classmethod
     def from_cli(cls, args) -> PlanRequest:
@@ -82,8 +116,11 @@ class PlanRequest:
                                  seq_len=args.seq or seq or DEFAULT_SEQ_LEN,
                                  remat=args.remat, optimizer=args.optimizer,
                                  grad_accum=args.grad_accum, **numerics)
+        launcher = getattr(args, "launcher", None) or "jax"
+        zero = _zero_request(getattr(args, "zero", None), getattr(args, "offload", None),
+                             launcher, model)
         return cls(slices=args.slices, nodes=getattr(args, "nodes", None),
-                   launcher=getattr(args, "launcher", None) or "jax",
+                   launcher=launcher, zero=zero,
                    machine_type=args.machine_type,
                    containers_per_host=getattr(args, "containers_per_host", None),
                    ici=parse_axes(args.ici, field="--ici") if args.ici else None,
@@ -93,6 +130,26 @@ class PlanRequest:
     @property
     def has_mesh(self) -> bool:
         return self.ici is not None or self.dcn is not None
+
+
+def _zero_request(stage: int | None, offload: str | None, launcher: str,
+                  model: ModelRequest | None) -> ZeroRequest | None:
+    if stage is None:
+        if offload is not None:
+            raise PlanError("goes with --zero STAGE", field="--offload")
+        return None
+    if launcher == Launcher.JAX.value:
+        raise PlanError("a PyTorch program's ZeRO stage: plan it with --launcher torchrun or "
+                        "accelerate (a JAX program's memory is estimated without --zero)",
+                        field="--zero")
+    if model is None:
+        raise PlanError("needs the model's size: --params N or --model FILE|PRESET",
+                        field="--zero")
+    zero = ZeroRequest(stage, Offload(offload or Offload.NONE.value))
+    problem = offload_problem(zero.stage, zero.offload)
+    if problem:
+        raise PlanError(problem, field="--offload")
+    return zero
 
 
 @dataclass(frozen=True)
@@ -107,6 +164,7 @@ class SliceResult:
     model: ModelRequest | None = None
     error: str | None = None
     batch_error: str | None = None  # the batch does not split over the batch shards
+    model_states: ModelStates | None = None   # --zero: a PyTorch program's, on GPUs
 
     @property
     def ok(self) -> bool:
@@ -117,7 +175,8 @@ class SliceResult:
         """The mesh is valid and the model (if any) fits in HBM."""
         mesh_ok = self.mesh is None or self.mesh.valid
         return self.ok and mesh_ok and self.batch_error is None and \
-            (self.memory is None or bool(self.memory.fits))
+            (self.memory is None or bool(self.memory.fits)) and \
+            (self.model_states is None or self.model_states.problem is None)
 
     def to_dict(self) -> dict:
         p = self.plan
@@ -131,6 +190,8 @@ class SliceResult:
                 "globalBatch": self._global_batch(), "seqLen": self.model.seq_len}
             if self.batch_error:
                 out["memory"]["batchError"] = self.batch_error
+        if self.model_states is not None:
+            out["modelStates"] = self.model_states.to_dict()
         return out
 
     def _slice_dict(self, p: SlicePlan) -> dict:
@@ -207,13 +268,31 @@ def plan_one(slice_name: str, request: PlanRequest) -> SliceResult:
                          mesh_requested=request.has_mesh)
     if request.model is None:
         return result
-    axes = mesh.axes if mesh.error is None or mesh.suggestions else {"fsdp": plan.devices}
     model = request.model
+    if request.zero is not None:
+        if not plan.is_gpu:
+            return SliceResult(requested=slice_name, error=f"--zero: {slice_name} is a TPU "
+                               "slice; ZeRO stages are for PyTorch programs on GPU nodes")
+        return replace(result, model=model,
+                       model_states=_model_states(plan, request.zero, model.shape))
+    axes = mesh.axes if mesh.error is None or mesh.suggestions else {"fsdp": plan.devices}
     # Refused by the operator too (InvalidBatch): the same rule, the same words.
     batch_error = batch_split_error(model.global_batch or plan.devices, model.grad_accum, axes)
     return SliceResult(requested=slice_name, plan=plan, mesh=mesh,
                        mesh_requested=request.has_mesh, model=model,
                        memory=_estimate(plan, axes, model), batch_error=batch_error)
+
+
+def _model_states(plan: GpuPlan, zero: ZeroRequest, shape: ModelShape) -> ModelStates:
+    m = plan.machine
+    params, largest = shape.total_params, largest_layer_params(shape)
+    return ModelStates(
+        zero=zero, parameters=params, largest_layer=largest,
+        bytes_per_gpu=model_state_bytes(params, zero.stage, plan.devices, zero.offload,
+                                        largest),
+        problem=zero_problem(params, zero.stage, zero.offload, largest, nodes=plan.nodes,
+                             gpus_per_node=m.gpus_per_node,
+                             gpu_memory_bytes=m.gpu_memory_bytes, machine=f"{m.name} ({m.gpu})"))
 
 
 def _cli_message(err: PlanError) -> str:

@@ -30,6 +30,7 @@ from tpujob_plan.errors import PlanError
 from tpujob_plan.hardware import HardwarePlan, plan_hardware
 from tpujob_plan.memory import REMAT_POLICIES
 from tpujob_plan.mesh import MeshPlan, batch_split_error, format_axes, plan_mesh
+from tpujob_plan.zero_memory import zero_problem
 
 GIB = 1024**3
 MAX_HOSTNAME = 63  # a pod's host name is a DNS label
@@ -112,6 +113,16 @@ def validate_job(obj: dict[str, Any]) -> Verdict:
     if problem:
         return Verdict.refuse(FailureReason.INVALID_LAUNCHER.value, problem[0], problem[1],
                               job=job, plan=plan)
+    zero = spec.trainer.zero
+    if zero is not None and plan.is_gpu:
+        message = zero_problem(zero.parameters, zero.stage, zero.offload,
+                               zero.largest_layer_parameters, nodes=plan.nodes,
+                               gpus_per_node=plan.machine.gpus_per_node,
+                               gpu_memory_bytes=plan.machine.gpu_memory_bytes,
+                               machine=f"{plan.name} ({plan.machine.gpu})")
+        if message:
+            return Verdict.refuse(FailureReason.OUT_OF_MEMORY.value, "spec.trainer.zero",
+                                  message, job=job, plan=plan)
     longest = host_fqdn(job.metadata.get("name", ""), plan.slices - 1, plan.hosts - 1)
     if len(longest.split(".", 1)[0]) > MAX_HOSTNAME:
         return Verdict.refuse(

@@ -216,6 +216,16 @@ INVALID = [
     ({"stallTimeoutSeconds": -5}, "spec.stallTimeoutSeconds", "greater than or equal to 0"),
     ({"suspend": "maybe"}, "spec.suspend", "boolean"),
     ({"unknownField": 1}, "spec.unknownField", "unknown field"),
+    ({"trainer": {"command": ["python3", "t.py"], "zero": {"stage": 3, "parameters": 8}}},
+     "spec.trainer", "zero describes a PyTorch program's model states"),
+    ({"trainer": {"launcher": "torchrun", "command": ["python3", "t.py"],
+                  "zero": {"stage": 2, "parameters": 8, "offload": "parameters"}}},
+     "spec.trainer.zero", "offload parameters needs ZeRO stage 3"),
+    ({"trainer": {"launcher": "torchrun", "command": ["python3", "t.py"],
+                  "zero": {"stage": 0, "parameters": 8, "offload": "optimizer"}}},
+     "spec.trainer.zero", "offload needs a ZeRO stage"),
+    ({"trainer": {"launcher": "torchrun", "command": ["python3", "t.py"],
+                  "zero": {"stage": 1}}}, "spec.trainer.zero.parameters", "required"),
 ]
 
 

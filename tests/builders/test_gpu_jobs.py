@@ -201,7 +201,7 @@ def test_the_built_in_trainer_runs_on_gpu_nodes_with_its_memory_checked():
            "train": {**TINY["train"], "seq_len": 8192}}
     refused = validate_job(_job(slice="a3-ultragpu-8g", trainer={"config": big}))
     assert (refused.reason, refused.field) == ("OutOfMemory", "spec.trainer.config.model")
-    assert "but a a3-ultragpu-8g device has 124.8 GiB usable" in refused.message
+    assert "but a a3-ultragpu-8g device has 133.4 GiB usable" in refused.message
     batch = validate_job(_job(trainer={"config": {**TINY, "train": {**TINY["train"],
                                                                     "global_batch": 12}}}))
     assert (batch.reason, batch.field) == ("InvalidBatch", "spec.trainer.config.train.global_batch")
@@ -251,6 +251,21 @@ def test_the_built_in_trainer_runs_on_gpu_nodes_with_its_memory_checked():
      "spec.trainer", "launcherArgs are options for torchrun or accelerate"),
     (dict(trainer={"launcher": "mpirun", "command": ["t"]}), "spec.trainer.launcher",
      "'jax', 'torchrun' or 'accelerate'"),
+    # The seed system's model under plain DDP: its model states cannot fit an H100.
+    (dict(trainer={"launcher": "accelerate", "command": ["python3", "train.py"],
+                   "zero": {"stage": 0, "parameters": 8_030_261_248}}), "spec.trainer.zero",
+     "ZeRO stage 0 (no offload) keeps 119.7 GiB of model states on each GPU for 8,030,261,248 "
+     "parameters over 16 GPUs (2 node(s) x 8), more than the 79.6 GiB of each a3-megagpu-8g "
+     "(H100 80GB) GPU before any activation; would fit: stage: 1"),
+    (dict(trainer={"launcher": "torchrun", "command": ["python3", "train.py"],
+                   "zero": {"stage": 2, "parameters": 8_000_000_000, "offload": "parameters"}}),
+     "spec.trainer.zero", "offload parameters needs ZeRO stage 3"),
+    (dict(trainer={"command": ["python3", "train.py"],
+                   "zero": {"stage": 3, "parameters": 8_000_000_000}}),
+     "spec.trainer", "zero describes a PyTorch program's model states"),
+    (dict(trainer={"launcher": "torchrun", "command": ["python3", "train.py"],
+                   "zero": {"stage": 4, "parameters": 8_000_000_000}}),
+     "spec.trainer.zero.stage", "less than or equal to 3"),
 ])
 def test_refusals(spec, field, says):
     verdict = validate_job(_job(**spec))
@@ -279,4 +294,15 @@ def test_a_lost_peer_restarts_a_torch_launchers_job_by_default(launcher, policy,
     job = _job(trainer={"launcher": launcher, "command": ["python3", "train.py"]},
                restartPolicy=policy)
     assert _retryable(_jobset(job)) == codes
+
+
+@pytest.mark.parametrize("zero", [
+    {"stage": 1, "parameters": 8_030_261_248},
+    {"stage": 3, "parameters": 70_553_706_496, "largestLayerParameters": 1_050_673_152},
+    {"stage": 2, "parameters": 30_000_000_000, "offload": "optimizer"},
+])
+def test_model_states_that_fit_pass(zero):
+    verdict = validate_job(_job(trainer={"launcher": "accelerate",
+                                         "command": ["python3", "train.py"], "zero": zero}))
+    assert verdict.valid, verdict.message
 

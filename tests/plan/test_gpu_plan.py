@@ -19,21 +19,22 @@ pytestmark = pytest.mark.unit
 
 XPK = Path(__file__).resolve().parents[1] / "builders" / "xpk_gpu"
 
-# machine type, xpk device type, accelerator label, GPUs per node, GPU memory (GB), network,
+# machine type, xpk device type, accelerator label, GPUs per node, GPU memory (MiB, as
+# nvidia-smi reports its total on each GPU), network,
 # GPU NICs (xpk: system_characteristics.py and the workload decorators, commit 367c838), dense
 # bf16 TFLOP/s per GPU (NVIDIA's data sheets: H100 and H200 SXM 989, B200 2250).
 MACHINES = [
-    ("a3-highgpu-8g", "h100-80gb-8", "nvidia-h100-80gb", 8, 80, GpuNetwork.TCPX, 4, 989),
-    ("a3-megagpu-8g", "h100-mega-80gb-8", "nvidia-h100-mega-80gb", 8, 80, GpuNetwork.TCPXO, 8,
+    ("a3-highgpu-8g", "h100-80gb-8", "nvidia-h100-80gb", 8, 81559, GpuNetwork.TCPX, 4, 989),
+    ("a3-megagpu-8g", "h100-mega-80gb-8", "nvidia-h100-mega-80gb", 8, 81559, GpuNetwork.TCPXO, 8,
      989),
-    ("a3-ultragpu-8g", "h200-141gb-8", "nvidia-h200-141gb", 8, 141, GpuNetwork.RDMA, 8, 989),
-    ("a4-highgpu-8g", "b200-8", "nvidia-b200", 8, 180, GpuNetwork.RDMA, 8, 2250),
+    ("a3-ultragpu-8g", "h200-141gb-8", "nvidia-h200-141gb", 8, 143771, GpuNetwork.RDMA, 8, 989),
+    ("a4-highgpu-8g", "b200-8", "nvidia-b200", 8, 183359, GpuNetwork.RDMA, 8, 2250),
 ]
 
 
-@pytest.mark.parametrize("name, device_type, label, gpus, memory_gb, network, nics, peak",
+@pytest.mark.parametrize("name, device_type, label, gpus, memory_mib, network, nics, peak",
                          MACHINES)
-def test_each_machine_type_by_either_name(name, device_type, label, gpus, memory_gb, network,
+def test_each_machine_type_by_either_name(name, device_type, label, gpus, memory_mib, network,
                                           nics, peak):
     for alias in (name, device_type, f" {device_type.upper()} "):
         machine = resolve_gpu(alias)
@@ -42,7 +43,7 @@ def test_each_machine_type_by_either_name(name, device_type, label, gpus, memory
     assert (machine.device_type, machine.accelerator_label, machine.gpus_per_node,
             machine.gpu_memory_bytes, machine.network, machine.gpu_nics,
             machine.peak_bf16_tflops_per_gpu) == (
-        device_type, label, gpus, memory_gb * 1000**3, network, nics, peak)
+        device_type, label, gpus, memory_mib << 20, network, nics, peak)
     # Facts and plans are values: nothing downstream can change them.
     with pytest.raises(dataclasses.FrozenInstanceError):
         machine.gpus_per_node = 4
@@ -91,7 +92,7 @@ def test_peak_and_memory_per_device():
     h100 = plan_gpu("a3-highgpu-8g")
     assert b200.peak_tflops_per_device == 2250.0
     assert h100.peak_tflops_per_device == 989.0
-    assert h100.hbm_bytes_per_device == 80e9
+    assert h100.hbm_bytes_per_device == 81559 * 2**20  # nvidia-smi's total
     assert h100.memory_generation is None  # the estimate's largest allowance
 
 

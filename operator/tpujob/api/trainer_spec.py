@@ -18,6 +18,12 @@ from tpujob.api.patterns import (
 from tpujob.api.schema import cel_extra, cel_rule
 from tpujob.log_progress import compile_user_regex
 from tpujob_plan.gpu_plan import Launcher
+from tpujob_plan.zero_memory import (
+    OFFLOAD_NEEDS_A_STAGE,
+    OFFLOAD_PARAMETERS_NEEDS_STAGE_3,
+    Offload,
+    offload_problem,
+)
 
 
 class ProgressSource(StrEnum):
@@ -73,6 +79,47 @@ class ProgressSpec(ApiModel):
         return self
 
 
+_ZERO_NEEDS_TORCH = ("zero describes a PyTorch program's model states, for the torchrun and "
+                     "accelerate launchers; the built-in trainer's memory is checked from its "
+                     "config")
+
+
+class ZeroSpec(ApiModel):
+    """The model states a PyTorch program keeps on each GPU under DeepSpeed ZeRO (or FSDP), so
+    that a job whose parameters, gradients and optimizer states cannot fit its GPUs is refused
+    before any node is started (docs/gpu.md#memory)."""
+
+    model_config = ConfigDict(json_schema_extra=cel_extra(
+        cel_rule("!has(self.offload) || self.offload != 'parameters' || self.stage == 3",
+                 OFFLOAD_PARAMETERS_NEEDS_STAGE_3, ".offload"),
+        cel_rule("!has(self.offload) || self.offload == 'none' || self.stage != 0",
+                 OFFLOAD_NEEDS_A_STAGE, ".offload"),
+    ))
+
+    stage: int = Field(
+        ..., ge=0, le=3,
+        description="0: plain data parallelism (DDP: every GPU holds everything); 1, 2, 3: "
+                    "DeepSpeed ZeRO's stages (FSDP FULL_SHARD shards as 3, SHARD_GRAD_OP as 2).")
+    parameters: int = Field(
+        ..., ge=1, le=100_000_000_000_000,
+        description="The model's parameters (e.g. 8030261248 for Llama-3-8B).")
+    largest_layer_parameters: int = Field(
+        0, ge=0, le=100_000_000_000_000,
+        description="Parameters of the largest layer (usually the embedding, vocab x width), "
+                    "which ZeRO stage 3 gathers whole on each GPU; 0 leaves it out.")
+    offload: Offload = Field(
+        Offload.NONE,
+        description="none; optimizer (ZeRO-Offload of the optimizer states to CPU memory, "
+                    "stages 1-3); parameters (the optimizer and the parameters, stage 3).")
+
+    @model_validator(mode="after")
+    def _offload_fits_the_stage(self) -> ZeroSpec:
+        problem = offload_problem(self.stage, self.offload)
+        if problem:
+            raise ValueError(problem)
+        return self
+
+
 _LAUNCHER_NEEDS_COMMAND = ("launcher torchrun or accelerate starts a script of the job's own: "
                            "set command to the script and its arguments")
 _LAUNCHER_ARGS_NEED_LAUNCHER = ("launcherArgs are options for torchrun or accelerate; set "
@@ -91,6 +138,8 @@ class TrainerSpec(ApiModel):
         cel_rule("!has(self.launcherArgs) || size(self.launcherArgs) == 0 || "
                  "(has(self.launcher) && self.launcher != 'jax')",
                  _LAUNCHER_ARGS_NEED_LAUNCHER, ".launcherArgs"),
+        cel_rule("!has(self.zero) || (has(self.launcher) && self.launcher != 'jax')",
+                 _ZERO_NEEDS_TORCH, ".zero"),
     ))
 
     config: dict[str, Any] = Field(
@@ -127,6 +176,11 @@ class TrainerSpec(ApiModel):
         default_factory=ProgressSpec,
         description="Where progress is read from: http (default; the built-in trainer's "
                     "/progress) or log, with the format of process 0's log lines.")
+    zero: ZeroSpec | None = Field(
+        None,
+        description="Under torchrun or accelerate: the program's parameters and ZeRO stage, "
+                    "so that model states that cannot fit the GPUs are refused before the "
+                    "job starts.")
 
     @model_validator(mode="after")
     def _own_trainer_takes_no_config(self) -> TrainerSpec:
@@ -137,6 +191,8 @@ class TrainerSpec(ApiModel):
             raise ValueError(_LAUNCHER_NEEDS_COMMAND)
         if self.launcher_args and self.launcher is Launcher.JAX:
             raise ValueError(_LAUNCHER_ARGS_NEED_LAUNCHER)
+        if self.zero is not None and self.launcher is Launcher.JAX:
+            raise ValueError(_ZERO_NEEDS_TORCH)
         return self
 
 

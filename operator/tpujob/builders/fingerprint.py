@@ -21,7 +21,8 @@ LIVE_SUBFIELDS = {"restartPolicy": {"onStall"},
 # before they existed was built from that default, and must not read as changed.
 ADDED_FIELDS: dict[str, object] = {"nodes": None, "gpuNetworks": None}
 ADDED_SUBFIELDS: dict[str, dict[str, object]] = {"trainer": {"launcher": "jax",
-                                                             "launcherArgs": []}}
+                                                             "launcherArgs": [], "zero": None},
+                                                 "restartPolicy": {"retryableExitCodes": None}}
 
 
 def _digest(value: Any) -> str:

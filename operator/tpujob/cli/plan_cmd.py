@@ -12,6 +12,7 @@ from tpujob_plan.gpu_plan import Launcher
 from tpujob_plan.memory import OPTIMIZERS, REMAT_POLICIES
 from tpujob_plan.mesh import MESH_AXES
 from tpujob_plan.model_shape import PRESETS
+from tpujob_plan.zero_memory import STAGES, Offload
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -53,6 +54,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--seq", type=int, metavar="L", help="sequence length; default 2048")
     p.add_argument("--remat", choices=(*REMAT_POLICIES, "auto"), default="auto",
                    help="rematerialization policy; auto = least recomputation that fits")
+    p.add_argument("--zero", type=int, choices=STAGES, metavar="STAGE",
+                   help="GPU nodes under --launcher torchrun or accelerate: the model states "
+                        "(parameters, gradients, Adam) each GPU holds under DeepSpeed ZeRO "
+                        "stage 0 (plain DDP), 1, 2 or 3, instead of the built-in trainer's "
+                        "estimate; with --params or --model")
+    p.add_argument("--offload", choices=[o.value for o in Offload],
+                   help="with --zero: ZeRO-Offload of the optimizer (stages 1-3) or of the "
+                        "optimizer and the parameters (stage 3) to CPU memory")
     p.add_argument("--optimizer", choices=OPTIMIZERS, default="adamw")
     p.add_argument("--grad-accum", type=int, default=1, metavar="K")
     p.add_argument("--compile", action="store_true",

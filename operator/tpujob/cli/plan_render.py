@@ -110,6 +110,22 @@ def _mesh_and_memory(r: SliceResult) -> list[str]:
                 out.append(f"  try             --ici {tries}")
     if r.memory is not None and r.model is not None:
         out += _memory_lines(r)
+    if r.model_states is not None and r.model is not None:
+        out += _model_state_lines(r)
+    return out
+
+
+def _model_state_lines(r: SliceResult) -> list[str]:
+    s, m = r.model_states, r.model
+    how = "no offload" if s.zero.offload.value == "none" else f"offload {s.zero.offload.value}"
+    verdict = "fits" if s.problem is None else "DOES NOT FIT"
+    out = [f"  model           {m.label}: {s.parameters / 1e9:.2f} B params, largest layer "
+           f"{s.largest_layer / 1e6:.0f} M",
+           f"  model states    ZeRO stage {s.zero.stage} ({how}): {s.bytes_per_gpu / GIB:.2f} "
+           f"GiB per GPU of {r.plan.hbm_bytes_per_device / GIB:.2f} GiB, before activations: "
+           f"{verdict}"]
+    if s.problem is not None:
+        out.append("  to fit          " + s.problem.rsplit("would fit: ", 1)[-1])
     return out
 
 
