@@ -1,5 +1,5 @@
-"""The TPU node pools the local kubelets register for the real scheduler: which pool a pod
-needs, how many pools a set of pods needs, and the Node and Lease objects."""
+"""The TPU and GPU node pools the local kubelets register for the real scheduler: which pool a
+pod needs, how many pools a set of pods needs, and the Node and Lease objects."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ from tpujob.builders.jobset import build_jobset
 from tpujob.local.executor.client import ApiError
 from tpujob.local.executor.nodes import (
     ACCELERATOR,
+    COMPLETION_INDEX,
+    GPU_ACCELERATOR,
     NODEPOOL,
     POOL_LABEL,
     TOPOLOGY,
@@ -35,15 +37,22 @@ def _job(slice_name: str, **spec) -> dict:
                      "trainer": {"config": {"train": {"global_batch": 1024}}}, **spec}}
 
 
-def _pod_of(job: dict, job_name: str = "j-slice-0", phase: str = "Pending") -> dict:
+def _pod_of(job: dict, job_name: str = "j-slice-0", phase: str = "Pending",
+            index: int = 0) -> dict:
     """A pod as the Job controller makes it from the JobSet tpujob builds for `job`."""
     verdict = validate_job(job)
     assert verdict.valid, verdict.message
     jobset = build_jobset(job, verdict.job.spec, verdict.plan)
     template = jobset["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]
-    return {"metadata": {"name": f"{job_name}-0", "labels": {
-                "batch.kubernetes.io/job-name": job_name}},
+    return {"metadata": {"name": f"{job_name}-{index}-x", "labels": {
+                "batch.kubernetes.io/job-name": job_name, COMPLETION_INDEX: str(index)}},
             "spec": template["spec"], "status": {"phase": phase}}
+
+
+def _gpu_job(machine: str, nodes: int = 2) -> dict:
+    job = _job(machine, nodes=nodes)
+    job["spec"]["trainer"] = {"launcher": "torchrun", "command": ["python3", "train.py"]}
+    return job
 
 
 @pytest.mark.parametrize(("slice_name", "spec", "label", "topology", "per_host", "hosts",
@@ -209,3 +218,54 @@ def test_nodes_made_by_an_earlier_executor_are_this_ones_too():
     later = NodePools(api, "127.0.0.1", 10250)
     later.sync([])
     assert later.names() == set(api.nodes) and len(api.nodes) == 2
+
+
+@pytest.mark.parametrize(("machine", "label"), [
+    ("a3-highgpu-8g", "nvidia-h100-80gb"), ("a3-megagpu-8g", "nvidia-h100-mega-80gb"),
+    ("a3-ultragpu-8g", "nvidia-h200-141gb"), ("a4-highgpu-8g", "nvidia-b200"),
+])
+def test_a_gpu_pod_needs_one_node_of_its_machine_type(machine, label):
+    shape = pool_shape(_pod_of(_gpu_job(machine)))
+    assert shape is not None and shape.is_gpu
+    assert (shape.labels, shape.chips_per_host, shape.hosts, shape.machine_type) == (
+        {GPU_ACCELERATOR: label}, 8, 1, machine)
+    node = build_node("gpu-pool", 0, shape, "127.0.0.1", 10250)
+    # GKE's GPU nodes: the accelerator label, the machine type, the GPU taint and capacity.
+    assert node["metadata"]["labels"][GPU_ACCELERATOR] == label
+    assert node["metadata"]["labels"]["node.kubernetes.io/instance-type"] == machine
+    assert node["spec"]["taints"] == [{"key": "nvidia.com/gpu", "value": "present",
+                                       "effect": "NoSchedule"}]
+    status = build_node_status(node, shape, 0.0)
+    assert status["allocatable"]["nvidia.com/gpu"] == "8" and TPU not in status["allocatable"]
+
+
+def test_each_pod_of_a_gpu_job_gets_a_node_and_a_restart_reuses_them():
+    pods = [_pod_of(_gpu_job("a3-megagpu-8g"), "j-slice-0", index=i) for i in (0, 1)]
+    plans = plan_pools(pods, [])
+    assert len(plans) == 2 and len({name for name, _ in plans}) == 2
+    assert all(name.startswith("gpu-a3-megagpu-8g-") for name, _ in plans)
+    nodes = [build_node(name, 0, shape, "127.0.0.1", 1) for name, shape in plans]
+    assert plan_pools(pods, nodes) == []
+    # The next attempt's pods (new names, same Job and indexes) land on the same nodes.
+    again = [_pod_of(_gpu_job("a3-megagpu-8g"), "j-slice-0", index=i) for i in (0, 1)]
+    for pod in again:
+        pod["metadata"]["name"] += "-attempt-1"
+    assert plan_pools(again, nodes) == []
+    # A third node's pod needs a third node; a pod without its index is not placed.
+    third = _pod_of(_gpu_job("a3-megagpu-8g", nodes=3), "j-slice-0", index=2)
+    assert len(plan_pools([*pods, third], nodes)) == 1
+    del third["metadata"]["labels"][COMPLETION_INDEX]
+    assert plan_pools([third], []) == []
+
+
+@pytest.mark.parametrize("change", [
+    lambda spec: spec["nodeSelector"].update({GPU_ACCELERATOR: "nvidia-tesla-k80"}),
+    lambda spec: [c.update(resources={}) for c in spec["containers"]],
+    lambda spec: [c.update(resources={"limits": {"nvidia.com/gpu": "16"}})
+                  for c in spec["containers"]],
+])
+def test_a_gpu_pod_no_machine_type_serves_gets_no_pool(change):
+    pod = _pod_of(_gpu_job("a3-megagpu-8g"))
+    change(pod["spec"])
+    assert pool_shape(pod) is None
+

@@ -333,3 +333,18 @@ def test_a_sidecar_starts_the_containers_and_outlives_them_without_deciding_the_
     assert pod_outcome(run) is None
     sidecar.terminated = {"exitCode": 143}
     assert pod_outcome(run) == "Succeeded"
+
+
+@pytest.mark.parametrize("trainer_exit, outcome", [(0, "Succeeded"), (3, "Failed")])
+def test_a_sidecar_stopped_after_the_containers_leaves_the_pod_their_outcome(trainer_exit,
+                                                                             outcome):
+    """The kubelet stops a sidecar once the regular containers are done: its SIGTERM exit (143)
+    is not the pod's failure (kubernetes#127221: Succeeded with a non-zero sidecar exit)."""
+    sidecar = _stopped(143, restartPolicy="Always")
+    sidecar.init = True
+    run = _with_init("Never", sidecar, _stopped(trainer_exit))
+    assert pod_outcome(run) == outcome
+    # A plain init container that failed still fails a pod that never restarts.
+    init = _stopped(1)
+    init.init = True
+    assert pod_outcome(_with_init("Never", init, _stopped(0))) == "Failed"

@@ -1,5 +1,5 @@
-"""TPU node pools for the real scheduler: Nodes shaped like GKE's TPU nodes, created when a
-pod asks for a slice no pool has, kept Ready by their leases.
+"""TPU and GPU node pools for the real scheduler: Nodes shaped like GKE's, created when a pod
+asks for a slice (or a GPU node) no pool has, kept Ready by their leases.
 
 GKE makes one node pool per TPU slice (a multi-host slice is one pool of `hosts` nodes), labels
 its nodes with the accelerator and topology the pods select
@@ -9,6 +9,12 @@ placement policy's name where one is attached), the pool's name
 `google.com/tpu` capacity for its chips and taints it `google.com/tpu=present:NoSchedule`.
 Here a pool is made on demand, like node auto-provisioning: one pool per Job (slice) of a
 JobSet whose pods select a TPU shape no free pool offers. Pools stay until local mode stops.
+
+GPU node pools are GKE's too: nodes labelled with the GPU (`cloud.google.com/gke-accelerator`,
+e.g. `nvidia-h100-mega-80gb`) and their machine type, `nvidia.com/gpu` capacity for their GPUs
+and GKE's GPU taint `nvidia.com/gpu=present:NoSchedule`. A GPU job's nodes are interchangeable
+(no slice ties them together), so a pool is made per node a pod needs: one per pod of a Job
+(by completion index), reused by the pods of later attempts.
 
 The decisions are pure (`plan_pools`, `build_node`, `build_lease`); `NodePools` applies them.
 """
@@ -25,6 +31,8 @@ from math import prod
 from typing import Any
 
 from tpujob_plan.generations import GENERATIONS
+from tpujob_plan.gpu_catalog import GPU_MACHINES
+from tpujob_plan.gpu_plan import GPU_RESOURCE
 from tpujob_plan.topologies import parse_topology
 
 from .client import ApiError, KubeApi, Resource
@@ -38,6 +46,8 @@ ACCELERATOR = "cloud.google.com/gke-tpu-accelerator"
 TOPOLOGY = "cloud.google.com/gke-tpu-topology"
 NODEPOOL = "cloud.google.com/gke-nodepool"
 TPU = "google.com/tpu"
+GPU_ACCELERATOR = "cloud.google.com/gke-accelerator"
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 POOL_LABEL = "tpujob.dev/local-node-pool"   # every node local mode made carries it
 SELECTOR_KEYS = "tpujob.dev/local-selector-keys"   # annotation: the labels pods select on
 LEASE_SECONDS = 40
@@ -49,9 +59,14 @@ class PoolShape:
     """What a slice's pods ask of their nodes."""
 
     selector: tuple[tuple[str, str], ...]   # the pods' nodeSelector, sorted
-    chips_per_host: int
+    chips_per_host: int                      # TPU chips, or GPUs, of each node
     hosts: int
     machine_type: str
+    resource: str = TPU                      # google.com/tpu or nvidia.com/gpu
+
+    @property
+    def is_gpu(self) -> bool:
+        return self.resource == GPU_RESOURCE
 
     @property
     def labels(self) -> dict[str, str]:
@@ -63,6 +78,8 @@ def pool_shape(pod: dict[str, Any]) -> PoolShape | None:
     generation has: the scheduler then leaves it Pending, as on GKE)."""
     spec = pod.get("spec") or {}
     selector = spec.get("nodeSelector") or {}
+    if GPU_ACCELERATOR in selector and NODEPOOL not in selector:
+        return _gpu_pool_shape(selector, spec)
     label, topology = selector.get(ACCELERATOR), selector.get(TOPOLOGY)
     if not label or not topology or NODEPOOL in selector:
         # A pod that names its pool (JobSet's exclusive placement gives followers the pool
@@ -84,14 +101,35 @@ def pool_shape(pod: dict[str, Any]) -> PoolShape | None:
     return PoolShape(tuple(sorted(selector.items())), per_host, chips // per_host, machine)
 
 
-def slice_key(pod: dict[str, Any]) -> str | None:
-    """Which slice (Job) a pod belongs to: its Job's name, stable across JobSet restarts."""
-    labels = (pod.get("metadata") or {}).get("labels") or {}
-    return labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
+def _gpu_pool_shape(selector: dict[str, str], spec: dict[str, Any]) -> PoolShape | None:
+    """One GPU node for a pod that asks for a GPU machine type's GPUs, all of them."""
+    machine = next((m for m in GPU_MACHINES
+                    if m.accelerator_label == selector[GPU_ACCELERATOR]), None)
+    gpus = sum(int(((c.get("resources") or {}).get("limits") or {}).get(GPU_RESOURCE, 0) or 0)
+               for c in spec.get("containers") or [])
+    if machine is None or not 0 < gpus <= machine.gpus_per_node:
+        return None
+    return PoolShape(tuple(sorted(selector.items())), machine.gpus_per_node, 1, machine.name,
+                     GPU_RESOURCE)
+
+
+def slice_key(pod: dict[str, Any], shape: PoolShape | None = None) -> str | None:
+    """What needs a pool of its own, stable across JobSet restarts: a TPU slice (its Job's
+    name), or one node of a GPU job (its Job's name and the pod's completion index)."""
+    meta = pod.get("metadata") or {}
+    labels = meta.get("labels") or {}
+    job = labels.get("batch.kubernetes.io/job-name") or labels.get("job-name")
+    if job is None or shape is None or not shape.is_gpu:
+        return job
+    index = labels.get(COMPLETION_INDEX) or (meta.get("annotations") or {}).get(
+        COMPLETION_INDEX)
+    return f"{job}/{index}" if index is not None else None
 
 
 def pool_name(shape: PoolShape, index: int) -> str:
     digest = hashlib.sha256(repr(shape.selector).encode()).hexdigest()[:6]
+    if shape.is_gpu:
+        return f"gpu-{shape.machine_type}-{digest}-{index}"
     accelerator = shape.labels[ACCELERATOR].removeprefix("tpu-")
     return f"tpu-{accelerator}-{shape.labels[TOPOLOGY]}-{digest}-{index}"
 
@@ -105,7 +143,8 @@ def plan_pools(pods: list[dict[str, Any]], nodes: list[dict[str, Any]]
         phase = (pod.get("status") or {}).get("phase")
         if phase in ("Succeeded", "Failed"):
             continue
-        shape, key = pool_shape(pod), slice_key(pod)
+        shape = pool_shape(pod)
+        key = slice_key(pod, shape)
         if shape is not None and key is not None:
             wanted.setdefault(shape, set()).add(key)
     have: dict[tuple[tuple[str, str], ...], set[str]] = {}
@@ -135,7 +174,7 @@ def _selector_of(node: dict[str, Any]) -> tuple[tuple[str, str], ...]:
 
 def build_node(pool: str, index: int, shape: PoolShape, address: str, kubelet_port: int
                ) -> dict[str, Any]:
-    """One node of a pool: GKE's labels and taint, TPU capacity, and where its kubelet
+    """One node of a pool: GKE's labels and taint, TPU or GPU capacity, and where its kubelet
     endpoint (pod logs) listens. Its status is written separately (`build_node_status`)."""
     name = f"gke-local-{pool}-{index}"
     labels = {**shape.labels, NODEPOOL: pool, POOL_LABEL: pool,
@@ -147,14 +186,15 @@ def build_node(pool: str, index: int, shape: PoolShape, address: str, kubelet_po
                          "annotations": {"tpujob.dev/kubelet-port": str(kubelet_port),
                                          "tpujob.dev/address": address,
                                          SELECTOR_KEYS: ",".join(k for k, _ in shape.selector)}},
-            "spec": {"taints": [{"key": TPU, "value": "present", "effect": "NoSchedule"}]}}
+            "spec": {"taints": [{"key": shape.resource, "value": "present",
+                                 "effect": "NoSchedule"}]}}
 
 
 def build_node_status(node: dict[str, Any], shape: PoolShape, now: float) -> dict[str, Any]:
     annotations = node["metadata"]["annotations"]
     stamp = _rfc3339(now)
     capacity = {"cpu": "224", "memory": "700Gi", "pods": "110", "ephemeral-storage": "100Gi",
-                TPU: str(shape.chips_per_host)}
+                shape.resource: str(shape.chips_per_host)}
     return {"capacity": capacity, "allocatable": dict(capacity),
             "addresses": [{"type": "InternalIP", "address": annotations["tpujob.dev/address"]},
                           {"type": "Hostname", "address": node["metadata"]["name"]}],

@@ -141,8 +141,11 @@ def pod_outcome(run: PodRun) -> str | None:
         ok = all(c.terminated is not None and c.terminated["exitCode"] == 0
                  for c in run.containers)
         return PodPhase.SUCCEEDED if ok else PodPhase.FAILED
-    failed_init = next((c for c in run.init_containers
-                        if c.terminated is not None and c.terminated["exitCode"] != 0), None)
+    # A sidecar's exit decides nothing either: stopped after the regular containers (SIGTERM:
+    # 143) or crashed and started again, the pod's phase is theirs (kubernetes#127221: a pod
+    # whose restartable init container exits non-zero is Succeeded).
+    failed_init = next((c for c in run.init_containers if not is_sidecar(c)
+                        and c.terminated is not None and c.terminated["exitCode"] != 0), None)
     if failed_init is not None and restart == "Never":
         return PodPhase.FAILED
     if not run.containers or any(c.terminated is None for c in run.containers):
