@@ -338,6 +338,9 @@ MODULES: dict[str, list[str]] = {
 # Survivors judged equivalent (no test can tell them from the original), with why: (module,
 # the source line as written, the mutation) -> reason. The report counts them apart.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("trainer/tpujob_plan/zero_memory.py",
+     "for other in STAGES[stage + 1:]:   # the next stage that fits", "1 -> 0"):
+        "the job's own stage is tried first and never fits (that is why the loop runs)",
     ("trainer/tpujob_trainer/telemetry/server.py", "daemon_threads = True", "True -> False"):
         "a request still being answered would hold the process's exit until it is answered; "
         "every request the operator makes is answered in milliseconds",

@@ -27,6 +27,7 @@ from tpujob.builders.names import host_fqdn
 from tpujob.builders.scheduling import topology_problem
 from tpujob.maxtext_args import CHECKED_AXES, read_maxtext_settings
 from tpujob_plan.errors import PlanError
+from tpujob_plan.gpu_plan import Launcher
 from tpujob_plan.hardware import HardwarePlan, plan_hardware
 from tpujob_plan.memory import REMAT_POLICIES
 from tpujob_plan.mesh import MeshPlan, batch_split_error, format_axes, plan_mesh
@@ -176,6 +177,13 @@ def _validate_own_trainer(job: TpuTrainingJob, plan: HardwarePlan, mesh: MeshPla
     has them, get the built-in trainer's checks; otherwise the verdict says what was not
     checked."""
     spec = job.spec
+    if spec.trainer.launcher is not Launcher.JAX:
+        zero = spec.trainer.zero
+        states = (f"model states under ZeRO stage {zero.stage} checked" if zero is not None
+                  else "model states not checked (set spec.trainer.zero)")
+        return Verdict(True, job=job, plan=plan, mesh=mesh, checked=(
+            f"nodes and {spec.trainer.launcher.value}'s world checked; {states}; activations "
+            f"not checked"))
     field = "spec.trainer.args"
     try:
         mt = read_maxtext_settings([*(spec.trainer.command or []), *(spec.trainer.args or [])])

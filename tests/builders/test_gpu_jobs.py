@@ -305,4 +305,14 @@ def test_model_states_that_fit_pass(zero):
     verdict = validate_job(_job(trainer={"launcher": "accelerate",
                                          "command": ["python3", "train.py"], "zero": zero}))
     assert verdict.valid, verdict.message
+    # What the Valid condition says was checked: the launcher's world, and these states.
+    assert verdict.checked == (f"nodes and accelerate's world checked; model states under ZeRO "
+                               f"stage {zero['stage']} checked; activations not checked")
+
+
+def test_a_torch_job_without_zero_says_its_memory_was_not_checked():
+    verdict = validate_job(_job())
+    assert verdict.valid, verdict.message
+    assert verdict.checked == ("nodes and torchrun's world checked; model states not checked "
+                               "(set spec.trainer.zero); activations not checked")
 

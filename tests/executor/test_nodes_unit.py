@@ -97,7 +97,8 @@ def test_a_pod_without_tpu_chips_gets_no_pool():
 
 
 def test_one_pool_per_slice_and_none_twice():
-    a0, a1 = _pod_of(_job("v6e-8"), "j-slice-0"), _pod_of(_job("v6e-8"), "j-slice-0")
+    # Two hosts of one slice (indexes 0 and 1) need one pool between them.
+    a0, a1 = _pod_of(_job("v6e-8"), "j-slice-0"), _pod_of(_job("v6e-8"), "j-slice-0", index=1)
     b0 = _pod_of(_job("v6e-8"), "j-slice-1")
     plans = plan_pools([a0, a1, b0], [])
     assert len(plans) == 2 and len({name for name, _ in plans}) == 2
@@ -263,9 +264,20 @@ def test_each_pod_of_a_gpu_job_gets_a_node_and_a_restart_reuses_them():
     lambda spec: [c.update(resources={}) for c in spec["containers"]],
     lambda spec: [c.update(resources={"limits": {"nvidia.com/gpu": "16"}})
                   for c in spec["containers"]],
+    lambda spec: [c.update(resources={"limits": {"nvidia.com/gpu": "0"}})
+                  for c in spec["containers"]],
 ])
 def test_a_gpu_pod_no_machine_type_serves_gets_no_pool(change):
     pod = _pod_of(_gpu_job("a3-megagpu-8g"))
     change(pod["spec"])
     assert pool_shape(pod) is None
+
+
+def test_a_pod_asking_for_one_gpu_still_gets_a_whole_node():
+    pod = _pod_of(_gpu_job("a3-highgpu-8g"))
+    for c in pod["spec"]["containers"]:
+        if c.get("resources"):
+            c["resources"] = {"limits": {"nvidia.com/gpu": "1"}}
+    shape = pool_shape(pod)
+    assert shape is not None and (shape.chips_per_host, shape.hosts) == (8, 1)
 

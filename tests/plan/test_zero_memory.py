@@ -9,6 +9,7 @@ import pytest
 
 from tpujob_plan.zero_memory import (
     GIB,
+    MAX_NODES,
     OFFLOAD_NEEDS_A_STAGE,
     OFFLOAD_PARAMETERS_NEEDS_STAGE_3,
     Offload,
@@ -98,3 +99,41 @@ def test_what_fits_passes_and_what_does_not_says_what_would():
     assert message.endswith("none of the stages, offloads or node counts up to 1024"), message
     assert _problem(1000, 3, 1, largest=2000).startswith("largestLayerParameters 2,000 is more")
     assert _problem(1000, 0, 1, Offload.OPTIMIZER) == OFFLOAD_NEEDS_A_STAGE
+
+
+def test_the_limits_are_inclusive():
+    """Exactly the GPU's memory fits; a largest layer as large as the whole model is allowed;
+    a fit at exactly MAX_NODES nodes is offered, one past it is not."""
+    eight_b = 8_030_261_248
+    for stage, offload in ((0, Offload.NONE), (2, Offload.NONE), (3, Offload.OPTIMIZER)):
+        exact = model_state_bytes(eight_b, stage, 16, offload, 1000)
+        assert zero_problem(eight_b, stage, offload, 1000, nodes=2, gpus_per_node=8,
+                            gpu_memory_bytes=exact, machine="m") is None
+        assert zero_problem(eight_b, stage, offload, 1000, nodes=2, gpus_per_node=8,
+                            gpu_memory_bytes=exact - 1, machine="m") is not None
+    assert _problem(1000, 3, 1, largest=1000) is None
+    # Stage 3: 18 P / (8 n) fits an H100 from exactly n = MAX_NODES on.
+    at_limit = H100 * 8 * MAX_NODES // 18
+    assert model_state_bytes(at_limit, 3, 8 * MAX_NODES) <= H100 < model_state_bytes(
+        at_limit, 3, 8 * (MAX_NODES - 1))
+    message = _problem(at_limit, 3, 1)
+    assert message.endswith(f"would fit: nodes: {MAX_NODES} at stage 3"), message
+    beyond = _problem(at_limit + 1000, 3, 1)
+    assert beyond.endswith(f"would fit: none of the stages, offloads or node counts up to "
+                           f"{MAX_NODES}"), beyond
+    # The next stage offered is one that fits exactly.
+    exact = model_state_bytes(eight_b, 3, 16)
+    message = zero_problem(eight_b, 2, Offload.NONE, 0, nodes=2, gpus_per_node=8,
+                           gpu_memory_bytes=exact, machine="m")
+    assert "would fit: stage: 3" in message, message
+    # Offloading the optimizer at exactly the memory it needs is offered.
+    exact = model_state_bytes(eight_b, 2, 16, Offload.OPTIMIZER)
+    message = zero_problem(eight_b, 2, Offload.NONE, 0, nodes=2, gpus_per_node=8,
+                           gpu_memory_bytes=exact, machine="m")
+    assert message.endswith("offload: optimizer"), message
+
+
+def test_stage_1_is_offered_the_optimizers_offload_too():
+    # 30B at stage 1 on 1 node: stage 2 holds as much; stage 3 and offloading both fit.
+    assert _problem(30_000_000_000, 1, 1).endswith("would fit: stage: 3; offload: optimizer")
+

@@ -100,6 +100,7 @@ def test_the_newest_deepspeed_line_wins_and_the_formats_are_the_api_s():
 def test_a_log_tail_names_its_cause(tail, reason, summary):
     found = read_log_failure("step 10\n" + tail + "\nTraceback ...")
     assert (found.reason, found.summary, found.line) == (reason, summary, tail.strip())
+    assert found.lost_peer == summary.startswith("lost a peer")
     exit_ = ContainerExit(pod="run-slice-0-1", container="trainer", exit_code=1,
                           k8s_reason="Error", message="step 10\n" + tail)
     assert exit_.classify() == (reason, f"pod run-slice-0-1, container trainer exited 1: "

@@ -29,6 +29,7 @@ from enum import StrEnum
 GIB = 1 << 30
 BYTES_PER_PARAMETER = 16   # mixed-precision Adam: 2 + 2 + 4 + 4 + 4
 STAGES = (0, 1, 2, 3)
+MAX_NODES = 1024   # spec.nodes' limit
 
 
 class Offload(StrEnum):
@@ -96,31 +97,33 @@ def zero_problem(parameters: int, stage: int, offload: Offload, largest_layer: i
     if need <= gpu_memory_bytes:
         return None
     options = []
-    for other in STAGES[stage + 1:]:
+    for other in STAGES[stage + 1:]:   # the next stage that fits
         if model_state_bytes(parameters, other, gpus, offload, largest_layer) \
                 <= gpu_memory_bytes:
             options.append(f"stage: {other}")
             break
     more = _nodes_that_fit(parameters, stage, offload, largest_layer, gpus_per_node,
                            gpu_memory_bytes)
-    if more is not None and more > nodes:
+    if more is not None:   # more than the job has: its own count does not fit
         options.append(f"nodes: {more} at stage {stage}")
     if offload is Offload.NONE and stage > 0:
         fits = model_state_bytes(parameters, stage, gpus, Offload.OPTIMIZER, largest_layer)
         if fits <= gpu_memory_bytes:
             options.append("offload: optimizer")
-    advice = "; ".join(options) or "none of the stages, offloads or node counts up to 1024"
+    advice = "; ".join(options) or \
+        f"none of the stages, offloads or node counts up to {MAX_NODES}"
     how = "no offload" if offload is Offload.NONE else f"offload {offload.value}"
-    return (f"ZeRO stage {stage} ({how}) keeps {_gib(need)} of model states on each GPU for {parameters:,} parameters "
-            f"over {gpus} GPUs ({nodes} node(s) x {gpus_per_node}), more than the "
+    return (f"ZeRO stage {stage} ({how}) keeps {_gib(need)} of model states on each GPU for "
+            f"{parameters:,} parameters over {gpus} GPUs ({nodes} node(s) x {gpus_per_node}), more than the "
             f"{_gib(gpu_memory_bytes)} of each {machine} GPU before any activation; would "
             f"fit: {advice}")
 
 
 def _nodes_that_fit(parameters: int, stage: int, offload: Offload, largest_layer: int,
-                    gpus_per_node: int, gpu_memory_bytes: int, limit: int = 1024) -> int | None:
-    """The fewest nodes whose GPUs hold the model states at this stage, if any up to `limit`."""
-    for nodes in range(1, limit + 1):
+                    gpus_per_node: int, gpu_memory_bytes: int) -> int | None:
+    """The fewest nodes whose GPUs hold the model states at this stage, if any up to
+    MAX_NODES."""
+    for nodes in range(1, MAX_NODES + 1):
         if model_state_bytes(parameters, stage, nodes * gpus_per_node, offload,
                              largest_layer) <= gpu_memory_bytes:
             return nodes
