@@ -121,6 +121,12 @@ def test_the_limits_are_inclusive():
     beyond = _problem(at_limit + 1000, 3, 1)
     assert beyond.endswith(f"would fit: none of the stages, offloads or node counts up to "
                            f"{MAX_NODES}"), beyond
+    # The fewest nodes offered are those whose GPUs it fills exactly.
+    big = 100 * eight_b
+    exact = model_state_bytes(big, 3, 8 * 5)
+    message = zero_problem(big, 3, Offload.NONE, 0, nodes=1, gpus_per_node=8,
+                           gpu_memory_bytes=exact, machine="m")
+    assert "would fit: nodes: 5 at stage 3" in message, message
     # The next stage offered is one that fits exactly.
     exact = model_state_bytes(eight_b, 3, 16)
     message = zero_problem(eight_b, 2, Offload.NONE, 0, nodes=2, gpus_per_node=8,
