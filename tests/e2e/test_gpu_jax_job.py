@@ -31,8 +31,7 @@ def test_a_jax_job_on_gpu_nodes_trains_is_killed_and_resumes(local, gcs_env):
                        # a node, data spans the nodes.
                        "parallelism": {"ici": {"fsdp": -1}, "dcn": {"data": 2}},
                        "data": {"kind": "synthetic"}, "restartPolicy": {"maxRestarts": 2}})
-    # A checkpoint complete on GCS (the status's lastCheckpointStep is a save begun, which a
-    # kill can still leave unfinished), then SIGKILL node 1's process.
+    # A checkpoint complete on GCS, read from GCS itself, then SIGKILL node 1's process.
     checkpoints = StepDirs(f"gs://tpujob-e2e/{name}/checkpoints")
     wait_for(lambda: checkpoints.complete_steps(quiet=True), timeout=180, interval=0.2,
              message="a complete checkpoint")

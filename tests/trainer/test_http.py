@@ -14,6 +14,7 @@ import urllib.request
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.apiserver import wait_for
 from tests.trainer.helpers import TINY_YAML, LiveRun, free_port
 from tpujob_trainer import env as envvars
 from tpujob_trainer.env import EnvError, ProcessEnv
@@ -133,7 +134,12 @@ def test_training_run_serves_progress_and_metrics_on_its_bind_address(tmp_path):
         base = f"http://{BIND}:{http['port']}"
         run.wait_for(lambda e: e["event"] == "checkpoint" and e["step"] >= 80)
 
-        doc = json.loads(get(f"{base}/progress"))
+        def saved_80() -> dict | None:
+            # The save started at step 80 counts once its background part has finished.
+            doc = json.loads(get(f"{base}/progress"))
+            return doc if (doc["last_checkpoint_step"] or 0) >= 80 else None
+
+        doc = wait_for(saved_80, timeout=60, interval=0.05, message="checkpoint 80 complete")
         assert set(doc) == set(PROGRESS_FIELDS)
         assert doc["phase"] == "training" and doc["total_steps"] == 100000
         assert doc["step"] >= 80 and math.isfinite(doc["loss"])

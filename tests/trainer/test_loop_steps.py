@@ -61,12 +61,15 @@ class Checkpointer:
     saves: list = field(default_factory=list)
     waited: bool = False
     last_save_blocking_s: float = 0.5
+    committed_step: int | None = None   # a persistent save is complete once made, here
 
     def should_save(self, step):
         return step % self.every == 0
 
     def save(self, step, state, data_state, force):
         self.saves.append((step, state, data_state["served"], force))
+        if self.tier == PERSISTENT:
+            self.committed_step = step
         return self.tier
 
     def check(self):

@@ -80,6 +80,38 @@ def test_local_round_trip_every_and_force(tmp_path):
 
 
 @pytest.mark.integration
+@pytest.mark.parametrize("async_save", [True, False])
+def test_the_committed_step_is_a_save_finished_not_one_started(tmp_path, async_save):
+    """What the status reports as the last checkpoint is one a restart can resume from: an
+    async save counts only once its background part has finished."""
+    import threading
+
+    ckpt = Checkpointer(CheckpointConfig(every=1, keep=5, async_save=async_save),
+                        str(tmp_path / "c"))
+    assert ckpt.committed_step is None
+    assert ckpt.save(1, make_state(1), {"step": 1})
+    if async_save:
+        ckpt.wait()
+    assert ckpt.committed_step == 1
+    if async_save:
+        # A save whose background part is still running is not committed; check() sees it
+        # finish, between steps.
+        release = threading.Event()
+        pending = checkpointer_module._PendingSave(2, time.monotonic() + 60)
+        pending.waiter = threading.Thread(target=release.wait)
+        pending.waiter.start()
+        ckpt._pending = pending
+        ckpt.check()
+        assert ckpt.committed_step == 1
+        release.set()
+        pending.waiter.join()
+        ckpt.check()
+        assert ckpt.committed_step == 2
+        ckpt._pending = None
+    ckpt.close()
+
+
+@pytest.mark.integration
 def test_keeps_the_last_k(tmp_path):
     ckpt = save_steps(str(tmp_path), range(1, 11), every=2, keep=2)
     assert ckpt.complete_steps() == [8, 10]

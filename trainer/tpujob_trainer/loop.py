@@ -393,8 +393,16 @@ def _run_steps(ctx: StepContext, state: Any, step: int) -> Outcome:
             ctx.memory("training", step=pending_step)
         return m["stop"] > 0
 
-    def save(at: int, force: bool) -> None:
+    def note_committed() -> None:
+        """The status's last checkpoint is one complete on storage, which a restart can resume
+        from: an async save counts once its background part has finished."""
         nonlocal last_ckpt
+        done = checkpointer.committed_step if checkpointer is not None else None
+        if done is not None and done != last_ckpt:
+            last_ckpt = done
+            progress.update(last_checkpoint_step=done)
+
+    def save(at: int, force: bool) -> None:
         t0 = time.perf_counter()
         if reporter is not None and checkpointer is not None:
             reporter.phase(HostPhase.CHECKPOINT_SAVE)
@@ -402,9 +410,8 @@ def _run_steps(ctx: StepContext, state: Any, step: int) -> Outcome:
         if reporter is not None and checkpointer is not None:
             reporter.phase(HostPhase.STEP)
         timeline.charge("checkpoint_save", time.perf_counter() - t0)
+        note_committed()   # a synchronous save, or the previous one it waited for
         if tier == PERSISTENT:
-            last_ckpt = at
-            progress.update(last_checkpoint_step=at)
             log.emit("checkpoint", step=at, blocking_s=checkpointer.last_save_blocking_s)
         elif tier == LOCAL:
             log.emit("local_checkpoint", step=at, blocking_s=checkpointer.last_save_blocking_s)
@@ -435,6 +442,7 @@ def _run_steps(ctx: StepContext, state: Any, step: int) -> Outcome:
             step += 1
             if checkpointer is not None:
                 checkpointer.check()  # a background save that failed or is late ends the run
+                note_committed()
             stop_now = False
             if pending is not None:
                 stop_now = read(*pending)
@@ -465,6 +473,7 @@ def _run_steps(ctx: StepContext, state: Any, step: int) -> Outcome:
             if reporter is not None:
                 reporter.phase(HostPhase.CHECKPOINT_SAVE)
             checkpointer.wait()
+            note_committed()
             timeline.charge("checkpoint_save", time.perf_counter() - t0)
             log.emit("checkpoint_wait", seconds=time.perf_counter() - t0)
     finally:

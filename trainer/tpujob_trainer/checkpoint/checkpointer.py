@@ -90,6 +90,9 @@ class Checkpointer:
         self._broken = False
         self._last_saved: int | None = None
         self.last_save_blocking_s: float | None = None
+        # The newest save known complete on storage (an async save only once its background
+        # part finished): what a restart can resume from, unlike a save just started.
+        self.committed_step: int | None = None
         options = ocp.CheckpointManagerOptions(
             max_to_keep=cfg.keep, save_interval_steps=1 if cfg.enabled else 0, create=cfg.enabled,
             enable_async_checkpointing=cfg.async_save, read_only=not cfg.enabled,
@@ -237,6 +240,8 @@ class Checkpointer:
                 name=f"tpujob-checkpoint-wait-{step}", daemon=True)
             pending.waiter.start()
             self._pending = pending
+        else:
+            self.committed_step = step
         return True
 
     def _start_save(self, step: int, state, data_json: dict) -> bool:
@@ -281,6 +286,8 @@ class Checkpointer:
                 self._fail(p, "writing it in the background", late=True)
         elif p.error is not None:
             self._fail(p, "writing it in the background", late=False)
+        else:
+            self.committed_step = p.step
 
     def _clear_leftover(self, step: int) -> None:
         """A folder for `step` left by an interrupted save would collide with the new one."""
@@ -309,6 +316,7 @@ class Checkpointer:
         self.check()
         if p.waiter.is_alive():  # check() saw the deadline a moment too early
             self._fail(p, "writing it in the background", late=True)
+        self.committed_step = p.step
         self._pending = None
         log.info("checkpoint: pending save finished after waiting %.3fs",
                  time.perf_counter() - t0)

@@ -123,6 +123,11 @@ class TieredCheckpointer:
             return LOCAL
         return None
 
+    @property
+    def committed_step(self) -> int | None:
+        """The newest persistent checkpoint complete on storage."""
+        return self.persistent.committed_step
+
     def check(self) -> None:
         self.persistent.check()
 

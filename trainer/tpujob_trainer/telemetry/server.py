@@ -34,7 +34,7 @@ GAUGES = {
     "tokens_per_s_per_device": ("tpujob_train_tokens_per_second_per_device", "Tokens per second per device."),
     "tflops_per_device": ("tpujob_train_tflops_per_device", "Model TFLOP/s per device (MaxText count)."),
     "mfu": ("tpujob_train_mfu", "Model FLOPs utilization (0..1)."),
-    "last_checkpoint_step": ("tpujob_train_last_checkpoint_step", "Step of the newest checkpoint save started."),
+    "last_checkpoint_step": ("tpujob_train_last_checkpoint_step", "Step of the newest checkpoint complete on storage."),
     "rss_bytes": ("tpujob_train_process_rss_bytes", "Resident memory of process 0."),
     "device_peak_bytes": ("tpujob_train_device_peak_bytes", "Peak device memory in use (max over local devices)."),
 }
