@@ -1,6 +1,7 @@
-"""A checkpoint scenario that needs 4 CPU devices; the tests run it as a subprocess.
+"""Checkpoint scenarios that need 4 CPU devices; the tests run them as a subprocess.
 
     XLA_FLAGS=--xla_force_host_platform_device_count=4 python -m tests.trainer_io.ckpt_worker sharded DIR
+    XLA_FLAGS=--xla_force_host_platform_device_count=4 python -m tests.trainer_io.ckpt_worker replicated DIR
 """
 
 from __future__ import annotations
@@ -71,5 +72,37 @@ def run_sharded(directory: str) -> dict:
     return out
 
 
+def run_replicated(directory: str) -> dict:
+    """Arrays held whole by all 4 devices, one of 1 MiB a replica (4 MiB in all) and smaller
+    ones, saved and read back; which of them Orbax cut into per-replica slices on the devices."""
+    from orbax.checkpoint._src.serialization import replica_slices
+
+    sliced: list[list[int]] = []
+    original = replica_slices.ReplicaSlice.data
+
+    def data(self):
+        if self.slice_args is not None:
+            sliced.append(list(self.unsliced_data.shape))
+        return original(self)
+
+    replica_slices.ReplicaSlice.data = data
+    mesh = jax.make_mesh((4,), ("data",))
+    whole = NamedSharding(mesh, P())
+    shapes = {"large": (1024, 1024), "below": (1024, 1020), "small": (16, 16)}
+    state = {k: jax.make_array_from_callback(
+        shape, whole, lambda idx, shape=shape: np.ones(shape, np.float32)[idx])
+        for k, shape in shapes.items()}
+    ckpt = Checkpointer(CheckpointConfig(every=1, keep=1), directory)
+    ckpt.save(1, state, {"step": 1})
+    ckpt.close()
+    ckpt = Checkpointer(CheckpointConfig(every=1, keep=1), directory)
+    got, _, step = ckpt.restore(abstract(state))
+    ckpt.close()
+    assert step == 1
+    check_equal(got, state)
+    return {"sliced": sorted(sliced)}
+
+
 if __name__ == "__main__":
-    print("RESULT " + json.dumps(run_sharded(sys.argv[2])), flush=True)
+    scenario = {"sharded": run_sharded, "replicated": run_replicated}[sys.argv[1]]
+    print("RESULT " + json.dumps(scenario(sys.argv[2])), flush=True)

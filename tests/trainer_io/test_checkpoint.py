@@ -322,6 +322,14 @@ def test_restore_into_sharded_targets_on_a_4_device_mesh(tmp_path):
     assert out["params_only"]["['w']"] == [[8, 8]] * 4
 
 
+@pytest.mark.integration
+def test_only_large_replicated_arrays_are_cut_into_slices_per_replica(tmp_path):
+    # A 4 MiB array held whole by 4 devices is written by its replicas 1 MiB each; one a little
+    # smaller, and a small one, by one replica whole: no slicing program per array at each save.
+    out = _run_worker(["replicated", str(tmp_path / "ckpt")], _worker_env(4))
+    assert out["sliced"] == [[1024, 1024]] * 4
+
+
 @pytest.mark.parametrize("stored,wanted,expected", [
     ({"a": (2, 3)}, {"a": (2, 3)}, None),
     ({}, {}, None),

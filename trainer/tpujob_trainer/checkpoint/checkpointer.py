@@ -76,6 +76,27 @@ def _non_global_leaves(tree) -> list[str]:
 
 
 
+# Orbax saves an array held whole by several devices (replicated) "replica-parallel": each
+# replica writes a slice of it, cut on the device by a small compiled program per array shape.
+# Worth it for a large replicated array; for a small one (norm scales, biases, the step) the
+# cutting (a compile per shape at the first save, a dispatch at every save) costs more than the
+# write it shares. Below this many bytes per slice one replica writes the array whole.
+MIN_REPLICA_SLICE_BYTES = 1 << 20
+
+
+def _array_handler_for_saves() -> None:
+    """Orbax's handler for jax.Array with MIN_REPLICA_SLICE_BYTES (idempotent; reads are the
+    same either way: the stored layout does not depend on who wrote which part)."""
+    current = ocp.type_handlers.get_type_handler(jax.Array)
+    if getattr(current, "_min_slice_bytes_for_replica_parallel", None) == MIN_REPLICA_SLICE_BYTES:
+        return
+    from orbax.checkpoint._src.metadata import array_metadata_store  # as Orbax's default has
+
+    ocp.type_handlers.register_type_handler(jax.Array, ocp.type_handlers.ArrayHandler(
+        array_metadata_store=array_metadata_store.Store(),
+        min_slice_bytes_for_replica_parallel=MIN_REPLICA_SLICE_BYTES), override=True)
+
+
 class Checkpointer:
     """Saves and restores (train state, data position) with Orbax's CheckpointManager.
 
@@ -93,6 +114,7 @@ class Checkpointer:
         # The newest save known complete on storage (an async save only once its background
         # part finished): what a restart can resume from, unlike a save just started.
         self.committed_step: int | None = None
+        _array_handler_for_saves()
         options = ocp.CheckpointManagerOptions(
             max_to_keep=cfg.keep, save_interval_steps=1 if cfg.enabled else 0, create=cfg.enabled,
             enable_async_checkpointing=cfg.async_save, read_only=not cfg.enabled,

@@ -71,9 +71,9 @@ class LocalTier:
     # -- writing ---------------------------------------------------------------------------
 
     def save(self, step: int, state, data_state: dict, *, base_step: int | None) -> None:
-        """Copy this process's shards off the devices (blocking), then write them in the
-        background. `base_step`: the newest persistent checkpoint started so far (None if none);
-        a restore refuses this local one if the persistent tier has gone back behind it."""
+        """Copy this process's shards off the devices (blocking), then checksum and write them
+        in the background. `base_step`: the newest persistent checkpoint started so far (None if
+        none); a restore refuses this local one if the persistent tier has gone back behind it."""
         t0 = time.perf_counter()
         self.wait()
         leaves, chunks = [], []
@@ -87,8 +87,9 @@ class LocalTier:
                 if key not in seen:
                     host = np.array(shard.data, order="C")  # (ascontiguousarray makes 0-d 1-d)
                     raw = host.reshape(-1).view(np.uint8)  # bytes of any dtype (bfloat16 too)
+                    # The CRC-32 is the writer's to compute, off the training path.
                     seen[key] = {"index": index, "offset": offset, "nbytes": raw.nbytes,
-                                 "crc32": zlib.crc32(raw), "shape": list(host.shape)}
+                                 "shape": list(host.shape)}
                     chunks.append(raw)
                     offset += raw.nbytes
                 shards.append({**seen[key], "device": shard.device.id})
@@ -113,11 +114,17 @@ class LocalTier:
                     shutil.rmtree(self.root / name, ignore_errors=True)
             tmp = self.root / f".{step}.tmp"
             tmp.mkdir()
+            crcs, offset = {}, 0
             with open(tmp / SHARDS, "wb") as f:
                 # No fsync: a killed process loses nothing the kernel has, and a node that
                 # crashes takes the node-local tier with it (what survives is CRC-checked).
                 for chunk in chunks:
+                    crcs[offset] = zlib.crc32(chunk)
+                    offset += chunk.nbytes
                     f.write(chunk.data)
+            for leaf in manifest["leaves"]:
+                for shard in leaf["shards"]:
+                    shard["crc32"] = crcs[shard["offset"]]
             (tmp / MANIFEST).write_text(json.dumps(manifest))
             os.rename(tmp, self.root / str(step))
             for s in self.steps()[:-self.cfg.keep]:
