@@ -134,6 +134,8 @@ MODULES: dict[str, list[str]] = {
                                         "tests/controller/test_host_reports.py"],
     "trainer/tpujob_trainer/cli.py": [
         "tests/trainer/test_cli.py::test_pulse_trains_a_few_steps_and_reports",
+        "tests/trainer/test_lifeline.py::test_a_failed_collective_waits_for_the_account_that_"
+        "names_the_lost_peer",
         "tests/trainer/test_cli.py"],
     "operator/tpujob/planning.py": ["tests/plan/test_memory_request.py",
                                     "tests/builders/test_job_file_fields.py",

@@ -78,3 +78,61 @@ def test_a_process_that_says_done_first_is_no_loss(leaving):
 def test_no_lifeline_when_process_0_never_publishes_its_port():
     assert Lifeline.start(KeyValues(), process_id=1, coordinator_address="127.0.0.1:1",
                           bind_address=None, on_lost=print, timeout_s=0.2) is None
+
+
+# The race a killed peer starts in the survivor: its collective fails ("Connection reset by
+# peer") in the main thread while its lifeline sees the peer's connection close. The account
+# that names the peer must win whichever comes first. Through the CLI's own path, in a child
+# process (the account ends the process), with `train` raising what the collective raises.
+_RACE = """
+import sys, threading
+from tpujob_trainer import cli, distributed, loop
+from tpujob_trainer.exits import Reason, TrainerExit
+
+class Started:  # stands in for the watcher and lifeline that watch_for_failures starts
+    def close(self): pass
+
+def watch(penv):
+    distributed._lifeline = Started()
+
+def train(*args, **kwargs):
+    if sys.argv[1] == "account":
+        # The lifeline's account comes only once the main thread has failed: the order of the
+        # race that lost it before.
+        threading.Thread(target=lambda: (failed.wait(), distributed._leave(
+            Reason.PEER_LOST, "process 1 vanished without a reason"))).start()
+    failed.set()
+    raise TrainerExit(Reason.PEER_LOST, "JaxRuntimeError: Gloo all-reduce failed: "
+                                        "Connection reset by peer")
+
+failed = threading.Event()
+distributed.initialize = lambda penv: None
+distributed.watch_for_failures = watch
+distributed.check_topology = lambda penv: None
+distributed.PEER_ACCOUNT_WAIT_S = float(sys.argv[2])
+loop.train = train
+print(cli._run(["--config", sys.argv[3], "checkpoint.enabled=false"])[:2], flush=True)
+"""
+
+
+@pytest.mark.parametrize("account,wait_s,code,message", [
+    ("account", 60.0, 42, "process 1 vanished without a reason"),
+    ("none", 0.01, None, "JaxRuntimeError: Gloo all-reduce failed: Connection reset by peer"),
+])
+def test_a_failed_collective_waits_for_the_account_that_names_the_lost_peer(
+        tmp_path, account, wait_s, code, message):
+    import json
+    import subprocess
+    import sys
+
+    from tests.trainer.helpers import TINY_YAML, clean_env
+
+    term = tmp_path / "term"
+    proc = subprocess.run([sys.executable, "-c", _RACE, account, str(wait_s), str(TINY_YAML)],
+                          env=clean_env(TPUJOB_TERMINATION_LOG=str(term)), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=120)
+    assert json.loads(term.read_text())["message"] == message, proc.stderr[-2000:]
+    if code is not None:   # ended by the account, which never returns to the CLI
+        assert proc.returncode == code and "(42" not in proc.stdout, proc.stdout
+    else:                  # no account came: the CLI's own, after the wait
+        assert "(42, <Reason.PEER_LOST" in proc.stdout, proc.stdout + proc.stderr[-2000:]

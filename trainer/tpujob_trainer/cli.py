@@ -77,6 +77,8 @@ def _run(argv: list[str] | None) -> _Ending:
         outcome = train(cfg, penv, timeline=timeline, reporter=reporter)
         return _finish(outcome.reason, outcome.message)
     except TrainerExit as e:
+        if e.reason is Reason.PEER_LOST:
+            distributed.defer_to_peer_account()
         return _finish(e.reason, e.message)
     except MemoryError as e:
         return _finish(Reason.OUT_OF_MEMORY, f"host out of memory: {e}")

@@ -93,7 +93,10 @@ def _probe(address: str) -> str:
 
 
 def _leave(reason: Reason, message: str) -> None:
-    """Exit now with `reason`, from any thread (the main one may be blocked in JAX)."""
+    """Exit now with `reason`, from any thread (the main one may be blocked in JAX). The first
+    caller's account is the one written: the lock is never released, the process ends."""
+    _exit_lock.acquire()
+    _leaving.set()
     write_termination_message(reason, message)
     print(f"tpujob-train: {reason.value}: {message}", file=sys.stderr, flush=True)
     sys.stdout.flush()
@@ -109,6 +112,11 @@ _WATCH_INTERVAL_MS = 60_000
 _stopping = threading.Event()
 _watcher: threading.Thread | None = None
 _lifeline: Lifeline | None = None
+_exit_lock = threading.Lock()
+_leaving = threading.Event()   # a watcher thread is ending the process with its account
+# How long the main thread, its collective failed as a lost peer fails it, waits for the
+# lifeline or the news watcher to end the process with the account that names the peer.
+PEER_ACCOUNT_WAIT_S = 5.0
 
 
 def _client():
@@ -164,6 +172,18 @@ def watch_for_failures(penv: ProcessEnv) -> None:
     _lifeline = Lifeline.start(
         client, process_id=penv.process_id, coordinator_address=penv.coordinator_address,
         bind_address=penv.bind_address, on_lost=_peer_vanished)
+
+
+def defer_to_peer_account(timeout_s: float = PEER_ACCOUNT_WAIT_S) -> None:
+    """For the main thread when a collective failed the way a lost peer fails it ("Connection
+    reset by peer", a heartbeat timeout). The lifeline and the news watcher see the same loss,
+    usually at the same moment (a killed process's sockets all close together), and say which
+    process was lost and how: give them until `timeout_s` to end the process with that account
+    (this call then never returns); return if none comes, for the main thread's own."""
+    if _lifeline is None and _watcher is None:
+        return
+    if _leaving.wait(timeout_s):
+        _exit_lock.acquire()  # held by the leaving thread until the process exits
 
 
 def _news_text(value: str) -> str:
