@@ -240,6 +240,7 @@ def _name_problem(name: Any) -> str | None:
 
 def _validate_trainer(job: TpuTrainingJob, plan: HardwarePlan, mesh: MeshPlan) -> Verdict:
     from tpujob_trainer.config import ConfigError, TrainerConfig
+    from tpujob_trainer.config.model import attention_platform_problem
 
     spec = job.spec
     try:
@@ -248,6 +249,11 @@ def _validate_trainer(job: TpuTrainingJob, plan: HardwarePlan, mesh: MeshPlan) -
     except ConfigError as err:
         return Verdict.refuse("ConfigError", _config_error_field(spec), "; ".join(err.problems),
                               job=job, plan=plan, mesh=mesh)
+    kernel_problem = attention_platform_problem(config.model.attention,
+                                                "gpu" if plan.is_gpu else "tpu")
+    if kernel_problem:
+        return Verdict.refuse("ConfigError", "spec.trainer.config.model.attention",
+                              f"{kernel_problem} ({plan.name})", job=job, plan=plan, mesh=mesh)
     batch_error = batch_split_error(config.train.global_batch, config.train.grad_accum,
                                     mesh.axes)
     if batch_error:

@@ -202,6 +202,18 @@ def test_the_built_in_trainer_runs_on_gpu_nodes_with_its_memory_checked():
     refused = validate_job(_job(slice="a3-ultragpu-8g", trainer={"config": big}))
     assert (refused.reason, refused.field) == ("OutOfMemory", "spec.trainer.config.model")
     assert "but a a3-ultragpu-8g device has 133.4 GiB usable" in refused.message
+    # TPU's splash kernel named for a GPU job; cuDNN's named for float32 activations.
+    model = {**TINY["model"], "head_dim": 64}
+    splash = validate_job(_job(trainer={"config": {**TINY, "model": {**model,
+                                                                     "attention": "splash"}}}))
+    assert (splash.reason, splash.field) == ("ConfigError", "spec.trainer.config.model.attention")
+    assert "splash runs on a TPU only, and this step runs on a GPU" in splash.message
+    f32 = validate_job(_job(trainer={"config": {**TINY, "model": {
+        **model, "attention": "cudnn", "dtype": "float32"}}}))
+    assert (f32.reason, f32.field) == ("ConfigError", "spec.trainer.config")
+    assert "model.attention cudnn takes model.dtype bfloat16" in f32.message
+    assert validate_job(_job(trainer={"config": {**TINY, "model": {
+        **model, "attention": "cudnn"}}})).valid
     batch = validate_job(_job(trainer={"config": {**TINY, "train": {**TINY["train"],
                                                                     "global_batch": 12}}}))
     assert (batch.reason, batch.field) == ("InvalidBatch", "spec.trainer.config.train.global_batch")

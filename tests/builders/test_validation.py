@@ -52,6 +52,12 @@ def _job(**spec) -> dict:
                       "n_kv_heads": 8, "head_dim": 128, "mlp_dim": 28672},
             "train": {"global_batch": 4, "seq_len": 8192}}}),
          "OutOfMemory", "spec.trainer.config.model", "GiB usable"),
+        (dict(trainer={"config": TINY | {"model": {**TINY["model"], "attention": "cudnn"}}}),
+         "ConfigError", "spec.trainer.config.model.attention",
+         "cudnn runs on a GPU only, and this step runs on a TPU: use auto (it picks cudnn on a "
+         "GPU) or xla (v6e-16)"),
+        (dict(trainer={"config": TINY | {"model": {**TINY["model"], "attention": "flash"}}}),
+         "ConfigError", "spec.trainer.config", "model.attention"),
         (dict(image=""), "InvalidSpec", "spec.image", ""),
         (dict(name="x" * 60), "InvalidName", "metadata.name", "at most 63 characters"),
     ],

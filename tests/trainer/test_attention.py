@@ -106,7 +106,8 @@ def test_target_platform_is_the_meshs():
         sh._active_mesh = previous
 
 
-@pytest.mark.parametrize("platform,want", [("cpu", jnp.float32), ("tpu", jnp.bfloat16)])
+@pytest.mark.parametrize("platform,want", [("cpu", jnp.float32), ("tpu", jnp.bfloat16),
+                                           ("gpu", jnp.bfloat16)])
 def test_matmul_result_dtype_by_platform(monkeypatch, platform, want):
     from tpujob_trainer.models import layers
 
@@ -120,3 +121,64 @@ def test_matmul_result_dtype_by_platform(monkeypatch, platform, want):
                       argnums=(0, 1))(x, w)
     assert (dx.dtype, dw.dtype) == (jnp.bfloat16, jnp.bfloat16)
     assert layers.dot("bld,df->blf", x.astype(jnp.float32), w.astype(jnp.float32)).dtype == jnp.float32
+
+
+BF16, F32 = jnp.bfloat16, jnp.float32
+
+
+@pytest.mark.parametrize("requested,platform,dtype,head_dim,splash_ok,want", [
+    ("auto", "tpu", BF16, 128, True, "splash"),
+    ("auto", "tpu", BF16, 128, False, "xla"),
+    ("auto", "gpu", BF16, 128, False, "cudnn"),
+    ("auto", "gpu", jnp.float16, 64, False, "cudnn"),
+    ("auto", "gpu", F32, 128, False, "xla"),          # cuDNN's fused attention is 16-bit only
+    ("auto", "gpu", BF16, 256, False, "xla"),         # heads over 128
+    ("auto", "gpu", BF16, 100, False, "xla"),         # not a multiple of 8
+    ("auto", "cpu", BF16, 128, True, "xla"),
+    ("xla", "tpu", BF16, 128, True, "xla"),
+    ("xla", "gpu", BF16, 128, False, "xla"),
+    ("splash", "tpu", BF16, 128, True, "splash"),
+    ("cudnn", "gpu", BF16, 128, False, "cudnn"),
+])
+def test_the_attention_kernel_by_request_and_platform(requested, platform, dtype, head_dim,
+                                                       splash_ok, want):
+    assert attn.choose_kernel(requested, platform, dtype=dtype, head_dim=head_dim,
+                              splash_ok=splash_ok) == want
+
+
+@pytest.mark.parametrize("requested,platform,dtype,head_dim,splash_ok,says", [
+    ("splash", "gpu", BF16, 128, True, "runs on a TPU only, and this step runs on a GPU"),
+    ("splash", "cpu", BF16, 128, True, "runs on a TPU only, and this step runs on a CPU"),
+    ("splash", "tpu", BF16, 128, False, "cannot take this layout"),
+    ("cudnn", "tpu", BF16, 128, False, "runs on a GPU only, and this step runs on a TPU"),
+    ("cudnn", "gpu", F32, 128, False, "bfloat16 or float16 activations, not float32"),
+    ("cudnn", "gpu", BF16, 192, False, "head_dim of at most 128, a multiple of 8, not 192"),
+    ("flash", "gpu", BF16, 128, False, "must be one of auto, xla, splash, cudnn"),
+])
+def test_a_named_kernel_that_cannot_run_is_refused_with_what_would(requested, platform, dtype,
+                                                                   head_dim, splash_ok, says):
+    with pytest.raises(ValueError, match="model.attention") as err:
+        attn.choose_kernel(requested, platform, dtype=dtype, head_dim=head_dim,
+                           splash_ok=splash_ok)
+    assert says in str(err.value) and ("use auto" in str(err.value) or "one of" in says)
+
+
+def test_compiled_for_a_gpu_the_attention_is_cudnns_causal_kernel(monkeypatch):
+    calls = []
+    real = jax.nn.dot_product_attention
+
+    def record(q, k, v, **kw):
+        calls.append(kw)
+        return real(q, k, v, **{**kw, "implementation": None})  # cuDNN needs a GPU
+
+    monkeypatch.setattr(attn, "target_platform", lambda: "gpu")
+    monkeypatch.setattr(jax.nn, "dot_product_attention", record)
+    q, kk, v = (x.astype(BF16) for x in _qkv(64, 4, 2))
+    out = attn.attention(q, kk, v)
+    assert calls == [{"is_causal": True, "implementation": "cudnn"}]
+    want = attn.causal_attention(q, kk, v, chunks=1)
+    np.testing.assert_allclose(np.asarray(out, np.float32), np.asarray(want, np.float32),
+                               atol=2e-2)
+    calls.clear()
+    attn.attention(q, kk, v, "xla")  # named: XLA's, by causal chunks, on a GPU too
+    assert calls and all("implementation" not in c for c in calls)

@@ -22,7 +22,7 @@ DEFAULTS = {
         "moe": {"num_experts": 0, "experts_per_token": 2, "num_shared_experts": 0,
                 "mlp_dim": None, "every": 1, "first_dense_layers": 0, "capacity_factor": 1.25,
                 "load_balance_weight": 0.01},
-        "remat": "auto", "scan_layers": True, "vocab_chunks": "auto", "mlp_chunks": "auto", "dtype": "bfloat16", "param_dtype": "float32"},
+        "remat": "auto", "scan_layers": True, "attention": "auto", "vocab_chunks": "auto", "mlp_chunks": "auto", "dtype": "bfloat16", "param_dtype": "float32"},
     "train": {"steps": 100, "global_batch": 8, "seq_len": 256, "grad_accum": 1, "seed": 0},
     "optimizer": {
         "kind": "adamw", "lr": 3e-4, "warmup_steps": 10, "schedule": "cosine",
@@ -157,6 +157,16 @@ CROSS_FIELD = [
     ({"model": {"vocab_size": 512, "vocab_chunks": 513}},
      "model: model.vocab_chunks (513) must be auto or a count from 1 to model.vocab_size (512)"),
     ({"model": {"mlp_chunks": 1}}, None),
+    ({"model": {"attention": "cudnn", "head_dim": 128}}, None),
+    ({"model": {"attention": "cudnn", "dtype": "float32"}},
+     "model: model.attention cudnn takes model.dtype bfloat16 and a model.head_dim of at most "
+     "128, a multiple of 8 (here float32, 64): use auto or xla"),
+    ({"model": {"attention": "cudnn", "head_dim": 136}},
+     "model: model.attention cudnn takes model.dtype bfloat16 and a model.head_dim of at most "
+     "128, a multiple of 8 (here bfloat16, 136): use auto or xla"),
+    ({"model": {"attention": "cudnn", "head_dim": 60}},
+     "model: model.attention cudnn takes model.dtype bfloat16 and a model.head_dim of at most "
+     "128, a multiple of 8 (here bfloat16, 60): use auto or xla"),
     ({"model": {"mlp_chunks": 64}}, None),   # no chunk narrower than a lane: fewer are taken
     ({"model": {"mlp_chunks": 0}}, "model: model.mlp_chunks (0) must be auto or a count of at least 1"),
     ({"model": {"moe": {"num_experts": 2, "experts_per_token": 2}}}, None),

@@ -200,3 +200,17 @@ def test_auto_chunks_count_what_one_device_holds_on_the_mesh_compiled_for(axes, 
         assert mc.chunks_for(x, 8192, "minimal") == 1
         assert mc.chunks_for(x, 8192, "full", 3) == 3      # a count is taken as it is
     assert mc.chunks_for(x, 8192, "full") == 1             # no mesh: this CPU, the plain path
+
+
+@pytest.mark.integration
+def test_on_a_gpu_target_the_mlp_is_two_matmuls_never_chunked_and_the_same(monkeypatch):
+    cpu, g_cpu, _ = _model(monkeypatch, "cpu", 1 << 30)
+    pairs = []
+    real = layers.swiglu_pair
+    monkeypatch.setattr(layers, "swiglu_pair", lambda *a: pairs.append(a) or real(*a))
+    value = 2 * 16 * 512 * 4
+    gpu, g_gpu, calls = _model(monkeypatch, "gpu", value // 4)  # chunks would be due on a TPU
+    assert pairs and calls == []       # gate and up as two matmuls; no chunks off a TPU
+    assert gpu == pytest.approx(cpu, rel=1e-6)
+    for a, b in zip(jax.tree.leaves(g_gpu), jax.tree.leaves(g_cpu), strict=True):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-6)

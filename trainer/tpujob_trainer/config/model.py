@@ -9,6 +9,18 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema, model_validat
 from tpujob_plan.model_shape import ModelShape
 
 Remat = Literal["auto", "none", "minimal", "full"]
+AttentionKernel = Literal["auto", "xla", "splash", "cudnn"]
+# The platform a named attention kernel runs on (auto and xla run on any).
+KERNEL_PLATFORM = {"splash": "tpu", "cudnn": "gpu"}
+
+
+def attention_platform_problem(kernel: str, platform: str) -> str | None:
+    """Why `model.attention: kernel` cannot run on `platform` (tpu, gpu, cpu), or None."""
+    need = KERNEL_PLATFORM.get(kernel)
+    if need is None or need == platform:
+        return None
+    return (f"model.attention {kernel} runs on a {need.upper()} only, and this step runs on a "
+            f"{platform.upper()}: use auto (it picks {kernel} on a {need.upper()}) or xla")
 # A count or "auto"; in the CRD an int-or-string (Kubernetes' only union of types).
 ChunkCount = Annotated[int | Literal["auto"], WithJsonSchema({
     "x-kubernetes-int-or-string": True,
@@ -61,6 +73,11 @@ class ModelConfig(_Frozen):
     scan_layers: bool = Field(True, description="Apply consecutive layers of the same kind by one "
                               "scan over their parameters (one compiled layer; faster to compile "
                               "and to run) instead of one by one.")
+    attention: AttentionKernel = Field(
+        "auto", description="The causal attention kernel: auto (splash on a TPU, cuDNN's fused "
+        "attention on a GPU for bfloat16 or float16 activations with heads of at most 128, "
+        "else XLA's), xla (XLA's dot_product_attention by causal query chunks), splash (TPU "
+        "only) or cudnn (GPU only).")
     vocab_chunks: ChunkCount = Field(
         "auto", description="The output layer and the loss a chunk of the vocabulary at a time, so "
         "that one device holds one chunk's logits, not all of them (for one more output-layer "
@@ -85,6 +102,11 @@ class ModelConfig(_Frozen):
         if self.mlp_chunks != "auto" and self.mlp_chunks < 1:
             raise ValueError(f"model.mlp_chunks ({self.mlp_chunks}) must be auto or a count of "
                              "at least 1")
+        if self.attention == "cudnn" and (self.dtype != "bfloat16" or self.head_dim > 128
+                                          or self.head_dim % 8):
+            raise ValueError(
+                f"model.attention cudnn takes model.dtype bfloat16 and a model.head_dim of at "
+                f"most 128, a multiple of 8 (here {self.dtype}, {self.head_dim}): use auto or xla")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"model.n_kv_heads ({self.n_kv_heads}) must divide model.n_heads ({self.n_heads})")

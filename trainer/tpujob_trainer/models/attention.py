@@ -1,4 +1,5 @@
-"""Causal attention, chosen by the platform the step is compiled for.
+"""Causal attention, chosen by the platform the step is compiled for (`model.attention: auto`),
+or named (`xla`, `splash`, `cudnn`).
 
 On a TPU: the splash-attention Pallas kernel (`jax.experimental.pallas.ops.tpu.splash_attention`,
 the kernel MaxText picks on TPU), which never holds the [L, L] scores: blocks of queries and keys
@@ -7,6 +8,11 @@ skipped. It runs per device under `shard_map`: the batch split over the batch ax
 `tensor`. Where the layout does not suit it (the sequence split over `context`, heads that do not
 divide over `tensor`, a length not a multiple of the kernel's blocks), and on other platforms:
 XLA's `jax.nn.dot_product_attention` by causal query chunks (`causal_attention`).
+
+On a GPU: cuDNN's fused flash attention (`jax.nn.dot_product_attention(...,
+implementation="cudnn")`, what MaxText's `attention=cudnn_flash_jax` calls), which also never
+holds the scores, for 16-bit activations and heads of up to 128 (a multiple of 8; cuDNN takes up
+to 256 on Hopper, 128 everywhere). float32 activations go to XLA's.
 """
 
 from __future__ import annotations
@@ -18,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
+from tpujob_trainer.config.model import attention_platform_problem
 from tpujob_trainer.sharding import LOGICAL_RULES, active_mesh, target_platform
 
 # Causal attention in this many query chunks, each reading only the keys up to its own end:
@@ -27,6 +34,10 @@ CAUSAL_CHUNKS = 2
 # defaults (sa_block_* = 512). A length that is not a multiple of 128 falls back to XLA.
 SPLASH_BLOCK = 512
 SPLASH_MIN_BLOCK = 128
+# `model.attention`: auto picks by platform; the others name a kernel, refused where it cannot run.
+KERNELS = ("auto", "xla", "splash", "cudnn")
+CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
+CUDNN_MAX_HEAD_DIM = 128
 
 
 def causal_attention(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.Array,
@@ -101,12 +112,56 @@ def splash_attention(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.
                          check_vma=False)(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH)
 
 
-def attention(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.Array) -> jax.Array:
-    """Causal grouped-query attention (softmax(q k^T / sqrt(H)) v), by the kernel the target
-    platform runs best."""
-    if target_platform() == "tpu":
-        mesh = active_mesh()
-        layout = splash_layout(mesh, q_BxLxNxH.shape[1], q_BxLxNxH.shape[2], k_BxLxKxH.shape[2])
-        if layout is not None:
-            return splash_attention(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH, mesh, layout)
+def cudnn_fits(dtype, head_dim: int) -> str | None:
+    """Why cuDNN's fused attention cannot take these activations, or None where it can."""
+    if jnp.dtype(dtype) not in [jnp.dtype(d) for d in CUDNN_DTYPES]:
+        return f"it takes bfloat16 or float16 activations, not {jnp.dtype(dtype).name}"
+    if head_dim > CUDNN_MAX_HEAD_DIM or head_dim % 8:
+        return (f"it takes a head_dim of at most {CUDNN_MAX_HEAD_DIM}, a multiple of 8, "
+                f"not {head_dim}")
+    return None
+
+
+def choose_kernel(requested: str, platform: str, *, dtype, head_dim: int,
+                  splash_ok: bool) -> str:
+    """The kernel `model.attention: requested` runs as, compiled for `platform`: auto picks
+    splash on a TPU (where the layout suits it), cuDNN on a GPU (where the activations suit it),
+    else XLA. A named kernel that cannot run there is refused with what would be valid."""
+    if requested == "auto":
+        if platform == "tpu" and splash_ok:
+            return "splash"
+        if platform == "gpu" and cudnn_fits(dtype, head_dim) is None:
+            return "cudnn"
+        return "xla"
+    if requested not in KERNELS:
+        raise ValueError(f"model.attention {requested!r} must be one of {', '.join(KERNELS)}")
+    problem = attention_platform_problem(requested, platform)
+    if problem:
+        raise ValueError(problem)
+    if requested == "splash" and not splash_ok:
+        raise ValueError("model.attention splash cannot take this layout (the sequence split "
+                         "over context, heads that do not divide over tensor, or a length "
+                         f"not a multiple of {SPLASH_MIN_BLOCK}): use auto or xla")
+    if requested == "cudnn":
+        why = cudnn_fits(dtype, head_dim)
+        if why:
+            raise ValueError(f"model.attention cudnn cannot run here: {why}; use auto or xla")
+    return requested
+
+
+def attention(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.Array,
+              kernel: str = "auto") -> jax.Array:
+    """Causal grouped-query attention (softmax(q k^T / sqrt(H)) v), by `kernel` (`model.attention`;
+    auto: the one the target platform runs best)."""
+    platform = target_platform()
+    mesh = active_mesh() if platform == "tpu" else None
+    layout = (splash_layout(mesh, q_BxLxNxH.shape[1], q_BxLxNxH.shape[2], k_BxLxKxH.shape[2])
+              if mesh is not None else None)
+    chosen = choose_kernel(kernel, platform, dtype=q_BxLxNxH.dtype, head_dim=q_BxLxNxH.shape[-1],
+                           splash_ok=layout is not None)
+    if chosen == "splash":
+        return splash_attention(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH, mesh, layout)
+    if chosen == "cudnn":
+        return jax.nn.dot_product_attention(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH, is_causal=True,
+                                            implementation="cudnn")
     return causal_attention(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH)

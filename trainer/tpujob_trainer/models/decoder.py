@@ -31,7 +31,8 @@ class Block(nnx.Module):
         dt, pdt = jnp.dtype(cfg.dtype), jnp.dtype(cfg.param_dtype)
         self.attn_norm = RMSNorm(cfg.d_model, eps=cfg.norm_eps, dtype=dt, param_dtype=pdt)
         self.attn = Attention(cfg.d_model, cfg.n_heads, cfg.n_kv_heads, cfg.head_dim,
-                              rope_theta=cfg.rope_theta, dtype=dt, param_dtype=pdt, rngs=rngs)
+                              rope_theta=cfg.rope_theta, dtype=dt, param_dtype=pdt, rngs=rngs,
+                              kernel=cfg.attention)
         self.mlp_norm = RMSNorm(cfg.d_model, eps=cfg.norm_eps, dtype=dt, param_dtype=pdt)
         self.mlp = (MoE(cfg.d_model, cfg.mlp_dim, cfg.moe, dtype=dt, param_dtype=pdt, rngs=rngs) if moe
                     else MLP(cfg.d_model, cfg.mlp_dim, dtype=dt, param_dtype=pdt, rngs=rngs,

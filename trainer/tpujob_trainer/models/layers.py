@@ -17,6 +17,11 @@ from tpujob_trainer.models.attention import attention
 from tpujob_trainer.models.mlp_chunked import chunks_for, mlp_chunked
 from tpujob_trainer.sharding import shard, target_platform
 
+# The platforms whose matrix units accumulate a 16-bit matmul in float32 and round once (TPU
+# MXU, GPU tensor cores): there matmuls return the compute dtype. Elsewhere (XLA:CPU) they
+# return float32.
+ACCELERATORS = ("tpu", "gpu")
+
 
 def dot(eq: str, x: jax.Array, w: jax.Array) -> jax.Array:
     """`jnp.einsum(eq, x, w)` of two compute-dtype operands, accumulated and returned in float32,
@@ -26,11 +31,12 @@ def dot(eq: str, x: jax.Array, w: jax.Array) -> jax.Array:
     matmul to float32 whole. So every matmul of a bf16 model is bf16 x bf16 -> float32, forward
     and back. With float32 operands: the plain einsum.
 
-    Compiled for a TPU, the plain einsum in the operands' dtype: the MXU accumulates in float32
-    and rounds once at the end whatever the result type, so a float32 result there only doubles
-    the bytes every activation and its gradient move (measured with the TPU compiler on a v6e-8:
-    see benchmarks/tpu_compile.py)."""
-    if (x.dtype == jnp.float32 and w.dtype == jnp.float32) or target_platform() == "tpu":
+    Compiled for a TPU or a GPU, the plain einsum in the operands' dtype: the MXU and the tensor
+    cores accumulate in float32 and round once at the end whatever the result type, so a float32
+    result there only doubles the bytes every activation and its gradient move (measured with
+    the TPU compiler on a v6e-8: benchmarks/tpu_compile.py; on an H200, with the MLP below, 8%
+    less time a step and half the GPU memory in use: benchmarks/gpu_vs_maxtext.py)."""
+    if (x.dtype == jnp.float32 and w.dtype == jnp.float32) or target_platform() in ACCELERATORS:
         return jnp.einsum(eq, x, w)
     return _mixed_dot(eq, x, w)
 
@@ -93,7 +99,7 @@ class Attention(nnx.Module):
     """Causal grouped-query attention: K key/value heads shared by N/K query heads each."""
 
     def __init__(self, d: int, n_heads: int, n_kv_heads: int, head_dim: int, *, rope_theta: float,
-                 dtype, param_dtype, rngs: nnx.Rngs):
+                 dtype, param_dtype, rngs: nnx.Rngs, kernel: str = "auto"):
         self.wq_DxNxH = init_param(rngs, (d, n_heads, head_dim), d, param_dtype, ("embed", "heads", None))
         self.wk_DxKxH = init_param(rngs, (d, n_kv_heads, head_dim), d, param_dtype, ("embed", "kv_heads", None))
         self.wv_DxKxH = init_param(rngs, (d, n_kv_heads, head_dim), d, param_dtype, ("embed", "kv_heads", None))
@@ -101,6 +107,7 @@ class Attention(nnx.Module):
                                    ("heads", None, "embed"))
         self.rope_theta = rope_theta
         self.dtype = dtype
+        self.kernel = kernel
 
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
         dt = self.dtype
@@ -111,7 +118,7 @@ class Attention(nnx.Module):
         q_BxLxNxH = shard(rope(q_BxLxNxH, positions_L, self.rope_theta), ("batch", "length", "heads", None))
         k_BxLxKxH = shard(rope(k_BxLxKxH, positions_L, self.rope_theta), ("batch", "length", "kv_heads", None))
         v_BxLxKxH = shard(v_BxLxKxH, ("batch", "length", "kv_heads", None))
-        o_BxLxNxH = attention(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH)
+        o_BxLxNxH = attention(q_BxLxNxH, k_BxLxKxH, v_BxLxKxH, self.kernel)
         return dot("blnh,nhd->bld", o_BxLxNxH, self.wo_NxHxD[...].astype(dt)).astype(dt)
 
 
@@ -176,10 +183,11 @@ class MLP(nnx.Module):
     def __call__(self, x_BxLxD: jax.Array) -> jax.Array:
         dt = self.dtype
         w_Dx2xF = self.w_in_Dx2xF[...].astype(dt)
-        if target_platform() == "tpu":
-            # Compiled for a TPU: gate and up as two matmuls. The stacked [B, L, 2, F] value is
-            # sliced into copies and its gradient stacked again: both the largest values of a
-            # layer's backward pass (measured with the TPU compiler: benchmarks/tpu_compile.py).
+        if target_platform() in ACCELERATORS:
+            # Compiled for a TPU or a GPU: gate and up as two matmuls. The stacked [B, L, 2, F]
+            # value is sliced into copies and its gradient stacked again: both the largest
+            # values of a layer's backward pass (measured with the TPU compiler:
+            # benchmarks/tpu_compile.py; and on an H200: benchmarks/gpu_vs_maxtext.py).
             chunks = chunks_for(x_BxLxD, w_Dx2xF.shape[-1], self.remat, self.chunks)
             if chunks > 1:
                 return mlp_chunked(x_BxLxD, w_Dx2xF[:, 0], w_Dx2xF[:, 1],
