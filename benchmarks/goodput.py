@@ -16,7 +16,11 @@ step minus the step the next start resumed from.
 The quickstart model (manifests/examples/quickstart.yaml, 2 hosts as 2 processes of one CPU
 device) with `--steps` chosen from a short probe so that an undisturbed run takes `--minutes`.
 
-    .venv/bin/python benchmarks/goodput.py [--minutes 3] [--kill-every 120]
+    .venv/bin/python benchmarks/goodput.py [--minutes 3] [--kill-every 120] [--scenarios abc]
+        [--logs DIR]
+
+`--logs DIR` keeps every start's log of both hosts (DIR/<job>-host<h>-<n>.log), to see where the
+badput went.
 """
 
 from __future__ import annotations
@@ -86,7 +90,8 @@ def first_step_after(log: Path, since: float) -> float | None:
 
 
 def run_scenario(cluster: LocalCluster, name: str, steps: int, every: int, kill: bool,
-                 kill_every: float, extra: list[str], local: dict | None) -> dict[str, Any]:
+                 kill_every: float, extra: list[str], local: dict | None,
+                 keep_logs: Path | None = None) -> dict[str, Any]:
     job = copy.deepcopy(yaml.safe_load(EXAMPLE.read_text()))
     job["metadata"]["name"] = name
     job["spec"]["output"] = f"gs://tpujob-bench/{name}"
@@ -131,6 +136,11 @@ def run_scenario(cluster: LocalCluster, name: str, steps: int, every: int, kill:
     if final["phase"] != "Succeeded":
         raise RuntimeError(f"{name} ended {final['phase']}: {final.get('failure')}")
     goodput = final["goodput"]
+    if keep_logs is not None:
+        keep_logs.mkdir(parents=True, exist_ok=True)
+        for host in (0, 1):
+            for n, path in enumerate(host_logs(cluster, name, host)):
+                (keep_logs / f"{name}-host{host}-{n}.log").write_bytes(Path(path).read_bytes())
     logs = [events(p) for p in host_logs(cluster, name, 0)]
     mine = independent(logs)
     tiers = [e.get("tier", "?") for evs in logs for e in evs if e["event"] == "restore"]
@@ -166,6 +176,7 @@ def main() -> int:
     parser.add_argument("--local-checkpoint-seconds", type=float, default=1.0,
                         help="node-local checkpoint interval, in seconds of training")
     parser.add_argument("--scenarios", default="abc")
+    parser.add_argument("--logs", type=Path, help="keep the hosts' logs in this folder")
     args = parser.parse_args()
     load_before = os.getloadavg()
     results = {}
@@ -183,7 +194,7 @@ def main() -> int:
             local = ({"everySteps": local_every, "medium": "Node",
                       "hostPath": f"{tmp}/node-local"} if with_local else None)
             results[key] = run_scenario(cluster, f"goodput-{key}", steps, every, kill,
-                                        args.kill_every, extra, local)
+                                        args.kill_every, extra, local, args.logs)
             r = results[key]
             print(f"({key}) {label}: product {r['goodput']['percent']}%, independent "
                   f"{r['independent_pct']:.2f}%", file=sys.stderr, flush=True)
