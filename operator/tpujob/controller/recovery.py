@@ -91,6 +91,10 @@ def _unix(t: datetime | None) -> float | None:
     return None if t is None else t.timestamp()
 
 
+def _not_before(t: float | None, earlier: float | None) -> float | None:
+    return t if t is None or earlier is None else max(t, earlier)
+
+
 def _span(start: float | None, end: float | None) -> float | None:
     return None if start is None or end is None else round(max(0.0, end - start), 3)
 
@@ -106,6 +110,12 @@ def fill_recovery(record: RecoveryStatus, start: AttemptStart | None,
     failed = record.failed_at.timestamp()
     created, placed, running = ((_unix(start.created_at), _unix(start.scheduled_at),
                                  _unix(start.running_at)) if start is not None else (None,) * 3)
+    # The API server's times are whole seconds, the failure's and the trainer's are not: each
+    # boundary is taken no earlier than the one before it, so that the parts stay one chain and
+    # add up to the total (a part of a second truncated away would otherwise be counted twice).
+    created = _not_before(created, failed)
+    placed = _not_before(placed, created)
+    running = _not_before(running, placed)
     update: dict[str, Any] = {
         "detect_seconds": _span(failed, created),
         "schedule_seconds": _span(created, placed), "start_seconds": _span(placed, running)}
@@ -115,6 +125,7 @@ def fill_recovery(record: RecoveryStatus, start: AttemptStart | None,
         # Process 0 may start before the last container: it waits for every process in its
         # distributed init, so init runs from the last container's start.
         init_done = timeline.started_at + timeline.seconds.tpu_initialization
+        init_done = _not_before(init_done, running)
         # Without the pods read this pass, an init measured from them before stands.
         from_ = running if running is not None else (
             timeline.started_at if record.init_seconds is None else None)
@@ -126,7 +137,7 @@ def fill_recovery(record: RecoveryStatus, start: AttemptStart | None,
         update["compile_cache"] = timeline.compile_cache
         update["resumed_from_step"] = timeline.resumed_from_step
         if timeline.first_step_at is not None:
-            first_step_at = timeline.first_step_at
+            first_step_at = _not_before(timeline.first_step_at, mark)
             update["first_step_seconds"] = _span(mark, first_step_at)
     elif first_step_seen is not None:
         # A step change counts once the new attempt's containers were seen running (the old
