@@ -211,7 +211,7 @@ def test_the_built_in_trainer_runs_on_gpu_nodes_with_its_memory_checked():
     f32 = validate_job(_job(trainer={"config": {**TINY, "model": {
         **model, "attention": "cudnn", "dtype": "float32"}}}))
     assert (f32.reason, f32.field) == ("ConfigError", "spec.trainer.config")
-    assert "model.attention cudnn takes model.dtype bfloat16" in f32.message
+    assert "model.attention cudnn cannot run this model: it takes bfloat16" in f32.message
     assert validate_job(_job(trainer={"config": {**TINY, "model": {
         **model, "attention": "cudnn"}}})).valid
     batch = validate_job(_job(trainer={"config": {**TINY, "train": {**TINY["train"],

@@ -159,14 +159,14 @@ CROSS_FIELD = [
     ({"model": {"mlp_chunks": 1}}, None),
     ({"model": {"attention": "cudnn", "head_dim": 128}}, None),
     ({"model": {"attention": "cudnn", "dtype": "float32"}},
-     "model: model.attention cudnn takes model.dtype bfloat16 and a model.head_dim of at most "
-     "128, a multiple of 8 (here float32, 64): use auto or xla"),
+     "model: model.attention cudnn cannot run this model: it takes bfloat16 or float16 "
+     "activations, not float32; use auto or xla"),
     ({"model": {"attention": "cudnn", "head_dim": 136}},
-     "model: model.attention cudnn takes model.dtype bfloat16 and a model.head_dim of at most "
-     "128, a multiple of 8 (here bfloat16, 136): use auto or xla"),
+     "model: model.attention cudnn cannot run this model: it takes a model.head_dim of at most "
+     "128, a multiple of 8, not 136; use auto or xla"),
     ({"model": {"attention": "cudnn", "head_dim": 60}},
-     "model: model.attention cudnn takes model.dtype bfloat16 and a model.head_dim of at most "
-     "128, a multiple of 8 (here bfloat16, 60): use auto or xla"),
+     "model: model.attention cudnn cannot run this model: it takes a model.head_dim of at most "
+     "128, a multiple of 8, not 60; use auto or xla"),
     ({"model": {"mlp_chunks": 64}}, None),   # no chunk narrower than a lane: fewer are taken
     ({"model": {"mlp_chunks": 0}}, "model: model.mlp_chunks (0) must be auto or a count of at least 1"),
     ({"model": {"moe": {"num_experts": 2, "experts_per_token": 2}}}, None),

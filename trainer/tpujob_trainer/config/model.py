@@ -12,6 +12,20 @@ Remat = Literal["auto", "none", "minimal", "full"]
 AttentionKernel = Literal["auto", "xla", "splash", "cudnn"]
 # The platform a named attention kernel runs on (auto and xla run on any).
 KERNEL_PLATFORM = {"splash": "tpu", "cudnn": "gpu"}
+# What cuDNN's fused attention takes (cuDNN takes heads up to 256 on Hopper, 128 everywhere).
+CUDNN_DTYPES = ("bfloat16", "float16")
+CUDNN_MAX_HEAD_DIM = 128
+
+
+def cudnn_problem(dtype: str, head_dim: int) -> str | None:
+    """Why cuDNN's fused attention cannot take activations of `dtype` and heads of `head_dim`,
+    or None where it can."""
+    if dtype not in CUDNN_DTYPES:
+        return f"it takes bfloat16 or float16 activations, not {dtype}"
+    if head_dim > CUDNN_MAX_HEAD_DIM or head_dim % 8:
+        return (f"it takes a model.head_dim of at most {CUDNN_MAX_HEAD_DIM}, a multiple of 8, "
+                f"not {head_dim}")
+    return None
 
 
 def attention_platform_problem(kernel: str, platform: str) -> str | None:
@@ -102,11 +116,9 @@ class ModelConfig(_Frozen):
         if self.mlp_chunks != "auto" and self.mlp_chunks < 1:
             raise ValueError(f"model.mlp_chunks ({self.mlp_chunks}) must be auto or a count of "
                              "at least 1")
-        if self.attention == "cudnn" and (self.dtype != "bfloat16" or self.head_dim > 128
-                                          or self.head_dim % 8):
-            raise ValueError(
-                f"model.attention cudnn takes model.dtype bfloat16 and a model.head_dim of at "
-                f"most 128, a multiple of 8 (here {self.dtype}, {self.head_dim}): use auto or xla")
+        why = cudnn_problem(self.dtype, self.head_dim) if self.attention == "cudnn" else None
+        if why:
+            raise ValueError(f"model.attention cudnn cannot run this model: {why}; use auto or xla")
         if self.n_heads % self.n_kv_heads:
             raise ValueError(
                 f"model.n_kv_heads ({self.n_kv_heads}) must divide model.n_heads ({self.n_heads})")

@@ -19,12 +19,13 @@ from __future__ import annotations
 
 import functools
 import math
+import typing
 
 import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
-from tpujob_trainer.config.model import attention_platform_problem
+from tpujob_trainer.config.model import AttentionKernel, attention_platform_problem, cudnn_problem
 from tpujob_trainer.sharding import LOGICAL_RULES, active_mesh, target_platform
 
 # Causal attention in this many query chunks, each reading only the keys up to its own end:
@@ -35,9 +36,7 @@ CAUSAL_CHUNKS = 2
 SPLASH_BLOCK = 512
 SPLASH_MIN_BLOCK = 128
 # `model.attention`: auto picks by platform; the others name a kernel, refused where it cannot run.
-KERNELS = ("auto", "xla", "splash", "cudnn")
-CUDNN_DTYPES = (jnp.bfloat16, jnp.float16)
-CUDNN_MAX_HEAD_DIM = 128
+KERNELS = typing.get_args(AttentionKernel)
 
 
 def causal_attention(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.Array,
@@ -114,12 +113,7 @@ def splash_attention(q_BxLxNxH: jax.Array, k_BxLxKxH: jax.Array, v_BxLxKxH: jax.
 
 def cudnn_fits(dtype, head_dim: int) -> str | None:
     """Why cuDNN's fused attention cannot take these activations, or None where it can."""
-    if jnp.dtype(dtype) not in [jnp.dtype(d) for d in CUDNN_DTYPES]:
-        return f"it takes bfloat16 or float16 activations, not {jnp.dtype(dtype).name}"
-    if head_dim > CUDNN_MAX_HEAD_DIM or head_dim % 8:
-        return (f"it takes a head_dim of at most {CUDNN_MAX_HEAD_DIM}, a multiple of 8, "
-                f"not {head_dim}")
-    return None
+    return cudnn_problem(jnp.dtype(dtype).name, head_dim)
 
 
 def choose_kernel(requested: str, platform: str, *, dtype, head_dim: int,
