@@ -232,6 +232,15 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def replace_table(page: str, text: str) -> str:
+    """The page with the table after its `<!-- table -->` mark replaced by `text`, the prose
+    before and after it kept."""
+    head, _, rest = page.partition("<!-- table -->\n")
+    lines = rest.splitlines(keepends=True)
+    end = next((i for i, line in enumerate(lines) if not line.startswith("|")), len(lines))
+    return head + "<!-- table -->\n" + text + "\n" + "".join(lines[end:])
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--row", action="append", choices=list(ROWS), help="rows to run (default all)")
@@ -254,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1))
     if args.write:
-        RESULTS.write_text(RESULTS.read_text().split("<!-- table -->")[0] + "<!-- table -->\n"
-                           + text + "\n" if RESULTS.exists() else text + "\n")
+        RESULTS.write_text(replace_table(RESULTS.read_text(), text) if RESULTS.exists()
+                           else text + "\n")
     return 0
 
 

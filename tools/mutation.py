@@ -407,10 +407,6 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("trainer/tpujob_plan/memory.py",
      'compute_bytes: int = 2, optimizer: str = "adamw", grad_accum: int = 1,', "1 -> 0"):
         "grad_accum is only read through max(grad_accum, 1) and grad_accum > 1",
-    ("trainer/tpujob_plan/memory.py", "if beyond > 0:", "> -> >="):
-        "at exactly 0 the gradients term adds 0 bytes: the same sum and verdict",
-    ("trainer/tpujob_plan/memory.py", "if beyond > 0:", "0 -> 1"):
-        "a gradients term of less than one byte left out: the same verdict to the byte",
     ("trainer/tpujob_plan/memory.py", '+ breakdown.get("castWeights", 0.0))', "0.0 -> 1"):
         "one byte added to the layer backward where no weights are cast (compute dtype = "
         "param dtype): the same verdict to the byte",

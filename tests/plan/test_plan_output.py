@@ -126,8 +126,8 @@ def test_a_slice_plan_reads_as_a_user_sees_it(capsys):
     '  resources       google.com/tpu: 4 per container',
     '  mesh            valid: ici fsdp=16   (physical 4x4x1)',
     '  model           ~8B: 7.94 B params, global batch 16, seq 2048, remat none',
-    '  memory/device   20.77 GiB of 28.31 GiB usable: fits',
-    '  breakdown       activations 12.78 GiB, optimizer 3.70 GiB, params 1.85 GiB, castWeights 0.89 GiB, workspace 0.80 GiB, outputLayer 0.50 GiB, logits 0.24 GiB',
+    '  memory/device   20.27 GiB of 28.31 GiB usable: fits',
+    '  breakdown       activations 10.65 GiB, optimizer 3.70 GiB, workspace 2.40 GiB, params 1.85 GiB, castWeights 0.89 GiB, outputLayer 0.50 GiB, logits 0.27 GiB',
     '',
     'tpu7x-64 (tpu7x-2x4x4):',
     '  layout          1 container(s) x 4 chips per host: 8 JAX processes (default)   <- planned',
@@ -136,8 +136,8 @@ def test_a_slice_plan_reads_as_a_user_sees_it(capsys):
     '  resources       google.com/tpu: 4 per container',
     '  mesh            valid: ici fsdp=64   (physical 2x4x4x2)',
     '  model           ~8B: 7.94 B params, global batch 64, seq 2048, remat none',
-    '  memory/device   22.85 GiB of 91.20 GiB usable: fits',
-    '  breakdown       activations 19.17 GiB, workspace 1.20 GiB, optimizer 0.92 GiB, outputLayer 0.50 GiB, params 0.46 GiB, logits 0.37 GiB, castWeights 0.22 GiB',
+    '  memory/device   14.05 GiB of 91.20 GiB usable: fits',
+    '  breakdown       activations 10.12 GiB, optimizer 0.92 GiB, workspace 0.83 GiB, embeddingGradient 0.76 GiB, outputLayer 0.50 GiB, params 0.46 GiB, logits 0.23 GiB, castWeights 0.22 GiB',
     ]
 
 

@@ -19,32 +19,31 @@ figures and the largest buffers in benchmarks/results/hbm_compiled.json):
   (`tpujob_plan.vocab_chunks`: one device's logits over 256 MiB), one chunk's logits and their
   gradient.
 - `workspace`: the layers' backward buffers, in units of one layer's matmul values per token
-  (`_layer_values_per_token`). With remat `none` or `minimal` the compiled step holds
-  BESIDE_LOGITS_LAYERS of them beside the logits; with `full` the peak is the larger of the
-  logits' moment and a layer's backward pass (its recomputation, the gradients of its values, its
-  gathered weights, and the scan's stacked gradients of every layer's cast weights, as large as
-  `castWeights`): LAYER_BACKWARD_LAYERS units plus one layer's weights plus those gradients,
-  counted beyond the logits' terms. Where a dense MLP's backward is taken by chunks of its
+  (`_layer_values_per_token`). The peak is the larger of two moments, counted beyond the logits'
+  terms: the logits' (BESIDE_LOGITS_LAYERS units held beside them, many under `none` and
+  `minimal`, few under `full`) and a layer's backward pass (LAYER_BACKWARD_LAYERS units under
+  `full`, none under the others: its recomputation, the gradients of its values, the attention
+  kernel's float32 accumulators; beside them its gathered weights, the scan's stacked gradients
+  of every layer's cast weights, as large as `castWeights`, and the parameters' gradients in
+  the param dtype that those become). Where a dense MLP's backward is taken by chunks of its
   hidden width (`tpujob_plan.mlp_chunks`), a unit counts MLP_CHUNKED_SHARE of its MLP columns
   divided by the chunks (the compiled saving is about half of dividing them all), and the
   layer's backward holds the input's gradient in float32 beside them (the chunks' sum). Under
-  `none` and `minimal` too (0 units there), the weights and those gradients set the least the
-  workspace holds: a large model on few tokens.
-- `gradients`: the optimizer's update holds every parameter's gradient (param dtype) beside the
-  state, once the backward's buffers are gone; counted only where that is more than the backward
-  holds (a large model over few devices). At the backward's peak the layers' gradients are not
-  yet computed.
-- GENERATION_ALLOWANCE scales the token terms: the compilers for v5p, v6e and tpu7x lay out the
-  same program differently (tpu7x holds more per token, v5p less); the largest allowance where
-  the generation is not known.
+  `none` and `minimal` the weights and those gradients set the least the workspace holds: a
+  large model on few tokens, where the gradients are the peak.
+- `embeddingGradient` (tpu7x): its compiler holds the embedding table's gradient unsharded in
+  float32 (EMBEDDING_GRADIENT_COPIES), which the other generations shard.
+- GENERATION_ALLOWANCE scales the token terms and LOGITS_COPIES counts the logits per
+  generation: the compilers for v5p, v6e and tpu7x lay out the same program differently (v5p
+  writes the logits' gradient over them under remat full); where the generation is not known,
+  the largest of each.
 
-The unit counts are fitted to the compiler over the benchmark's grid of small (4-layer) models
-and the larger rows of benchmarks/results/tpu_compile.md together, erring above: on the grid
-few configs are within 10% (most are above, none of the fitted ones more than 5% below), and on
-the larger rows from -5% to +32% (benchmarks/results/hbm_estimate.md says which and why). It is an estimate
-for a verdict (fits / does not fit, and where the bytes go), not a promise to the byte; only
-USABLE_HBM_FRACTION of a device's HBM counts as usable, and `tpujob plan --compile` gives the
-compiler's own figure.
+The counts are fitted to the compiler over the benchmark's grid of small (4-layer) models and
+the larger rows of benchmarks/results/tpu_compile.md together, erring above:
+benchmarks/results/hbm_estimate.md gives each config's error and the ones still more than 10%
+off. It is an estimate for a verdict (fits / does not fit, and where the bytes go), not a
+promise to the byte; only USABLE_HBM_FRACTION of a device's HBM counts as usable, and `tpujob
+plan --compile` gives the compiler's own figure.
 """
 
 from __future__ import annotations
@@ -61,26 +60,34 @@ REMAT_POLICIES: tuple[str, ...] = ("none", "minimal", "full")  # least recomputa
 OPTIMIZERS: tuple[str, ...] = ("adamw", "muon")
 USABLE_HBM_FRACTION = 0.95
 GIB = 1024**3
-# The logits and their gradient (compute dtype), held together in the output layer's backward.
-LOGITS_COPIES = 2
+# The logits and their gradient (compute dtype) in the output layer's backward, in copies of one
+# device's logits, per generation: (under remat full, under the other policies). Fitted: the
+# compiler reuses buffers (v5p's writes the gradient over the logits under full).
+LOGITS_COPIES = {"v5p": (1.15, 2.1), "v6e": (1.75, 2.25), "tpu7x": (1.9, 2.0)}
 # The output layer's weights gathered for the matmul, and their gradient before it is reduced.
 OUTPUT_LAYER_COPIES = 2
 # The layers' backward buffers, in units of one layer's matmul values per token: held beside
-# the logits (remat none, minimal), or in a layer's backward pass (remat full: recomputed values,
-# their gradients, the attention kernel's float32 accumulators; beside them the stacked
-# gradients of the cast weights, as large as `castWeights`, counted apart).
-BESIDE_LOGITS_LAYERS = {"none": 3.1, "minimal": 2.6, "full": 0.0}
-LAYER_BACKWARD_LAYERS = {"none": 0.0, "minimal": 0.0, "full": 3.4}
+# the logits (every policy; few under full, whose peak is mostly a layer's backward), or in a
+# layer's backward pass (remat full: recomputed values, their gradients, the attention kernel's
+# float32 accumulators; beside them the stacked gradients of the cast weights, as large as
+# `castWeights`, and the parameters' gradients they become, counted apart).
+BESIDE_LOGITS_LAYERS = {"none": 3.4, "minimal": 2.35, "full": 0.5}
+LAYER_BACKWARD_LAYERS = {"none": 0.0, "minimal": 0.0, "full": 2.05}
 # Where a dense MLP's backward is taken by chunks of its hidden width, the share of its columns
 # in the backward's units that the chunks divide: the compiled saving is about half of what
 # dividing them all would give (the 1.14B model, 2 chunks: v5p-8 -0.54 GiB, v6e-8 -0.27, two
 # v6e-8 slices -0.15; 4 chunks there -0.33), so the estimate stays above the compiler.
 MLP_CHUNKED_SHARE = 0.5
-# The token terms per generation, against v6e's compiler (fitted over the benchmark's grid).
-GENERATION_ALLOWANCE = {"v5p": 0.95, "v6e": 1.0, "tpu7x": 1.5}
+# The token terms per generation, against v6e's compiler (fitted over the benchmark's grid and
+# its larger rows).
+GENERATION_ALLOWANCE = {"v5p": 0.9, "v6e": 1.0, "tpu7x": 0.95}
+# tpu7x's compiler holds the embedding's gradient unsharded in float32 (its reports show it),
+# in copies of the whole table; the other generations shard it.
+EMBEDDING_GRADIENT_COPIES = {"v5p": 0.0, "v6e": 0.0, "tpu7x": 1.5}
 FLOAT32 = 4
-# Held for the whole step; the other terms are the peak's.
-_STATE_TERMS = ("params", "optimizer", "gradientAccumulator")
+# Remat none: the RMSNorms' float32 values a layer keeps per token, in d_model units (fitted:
+# counting both norms' input and normalized values, four, was above the compiler on every row).
+NONE_FLOAT32_VALUES = 2
 
 
 @dataclass(frozen=True)
@@ -120,6 +127,16 @@ class MemoryEstimate:
         }
 
 
+def _per_generation(table: Mapping[str, object], generation: str | None):
+    """The generation's entry; where it is not known, the largest (of each part of a tuple)."""
+    if generation in table:
+        return table[generation]
+    values = list(table.values())
+    if isinstance(values[0], tuple):
+        return tuple(max(parts) for parts in zip(*values, strict=True))
+    return max(values)
+
+
 def _axis(mesh: Mapping[str, int], name: str) -> int:
     return int(mesh.get(name, 1))
 
@@ -143,8 +160,8 @@ def _saved_bytes_per_token(shape: ModelShape, layer: int, remat: str, *, compute
             return saved + shape.num_experts * FLOAT32
         return saved + 2 * shape.mlp_dim / tensor * cb
     # none: q, k, v and the attention's output twice (the kernel's layout and the layer's), the
-    # two RMSNorms' outputs, and their float32 input and normalized values.
-    saved = (3 * q + 2 * kv + 2 * d) * cb + 4 * d * FLOAT32
+    # two RMSNorms' outputs, and NONE_FLOAT32_VALUES of their float32 values of d_model.
+    saved = (3 * q + 2 * kv + 2 * d) * cb + NONE_FLOAT32_VALUES * d * FLOAT32
     if not moe:
         return saved + 3 * shape.mlp_dim / tensor * cb      # gate/up stacked, SwiGLU output
     # MoE: router logits and probabilities (float32); the dispatch and combine one-hots (k x
@@ -212,7 +229,8 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
     if seq_len % context:
         notes.append(f"seq_len {seq_len} does not split evenly over context={context}")
     tokens = micro_batch * seq_len / (batch_shards * context)
-    allowance = GENERATION_ALLOWANCE.get(generation or "", max(GENERATION_ALLOWANCE.values()))
+    allowance = _per_generation(GENERATION_ALLOWANCE, generation)
+    copies = _per_generation(LOGITS_COPIES, generation)[0 if remat == "full" else 1]
 
     params = shape.total_params
     breakdown = {
@@ -241,7 +259,7 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
               if output_chunks == "auto" else len(chunk_bounds(shape.vocab_size, output_chunks)))
     if chunks > 1:
         vocab = chunk_bounds(shape.vocab_size, chunks)[0][1]
-    logits = allowance * LOGITS_COPIES * tokens * vocab * compute_bytes
+    logits = allowance * copies * tokens * vocab * compute_bytes
     output_layer = OUTPUT_LAYER_COPIES * shape.d_model * shape.vocab_size * compute_bytes / tensor
     largest_layer = shape.attention_params + max(
         shape.dense_mlp_params if shape.n_dense_layers else 0,
@@ -255,25 +273,25 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
                for i in range(shape.n_layers))
     one_layer = allowance * tokens * unit
     beside_logits = BESIDE_LOGITS_LAYERS[remat] * one_layer
+    # A layer's backward: its units, its weights, the stacked gradients of the cast weights and
+    # the parameters' gradients (param dtype) they become.
     layer_backward = (LAYER_BACKWARD_LAYERS[remat] * one_layer
                       + largest_layer * compute_bytes / tensor
-                      + breakdown.get("castWeights", 0.0))
+                      + breakdown.get("castWeights", 0.0) + params * param_bytes / state_shards)
     if mlp_split > 1 and shape.n_dense_layers:
         layer_backward += allowance * tokens * shape.d_model * FLOAT32   # the chunks' sum
     if data > 1 and chunks == 1:
         # With the batch split over `data` the logits' gradient is still held while the last
         # layers' backward runs (the compiler's report for two v6e-8 slices lists it beside
         # the layer's MLP values).
-        layer_backward += logits / LOGITS_COPIES
+        layer_backward += logits / copies
     breakdown["logits"] = logits
     breakdown["outputLayer"] = output_layer
     breakdown["workspace"] = max(beside_logits, layer_backward - logits - output_layer)
-    # The optimizer's update holds every parameter's gradient (param dtype) beside the state,
-    # after the backward's buffers are gone: counted where it holds more than they did.
-    beyond = params * param_bytes / state_shards - sum(
-        v for k, v in breakdown.items() if k not in _STATE_TERMS)
-    if beyond > 0:
-        breakdown["gradients"] = beyond
+    embedding_gradient = _per_generation(EMBEDDING_GRADIENT_COPIES, generation)
+    if embedding_gradient:
+        breakdown["embeddingGradient"] = (embedding_gradient * shape.vocab_size * shape.d_model
+                                          * FLOAT32)
     return MemoryEstimate(breakdown=breakdown, remat=remat, tokens_per_device=tokens,
                           hbm_bytes=hbm_bytes, notes=notes)
 
