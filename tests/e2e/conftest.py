@@ -229,9 +229,13 @@ def real_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalClus
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     """A module that sets `CONTROL_PLANES = ("embedded", "real")` runs on both; any other on
-    the embedded one."""
+    the embedded one. A test marked `control_planes(...)` runs on those only: where what it
+    proves is the program's own (a third-party trainer's restart and resume), not the plane's,
+    once is enough, on the real one."""
     if "control_plane" in metafunc.fixturenames:
-        planes = getattr(metafunc.module, "CONTROL_PLANES", ("embedded",))
+        marker = metafunc.definition.get_closest_marker("control_planes")
+        planes = (marker.args if marker is not None
+                  else getattr(metafunc.module, "CONTROL_PLANES", ("embedded",)))
         metafunc.parametrize("control_plane", planes, scope="module")
 
 

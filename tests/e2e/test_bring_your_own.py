@@ -2,7 +2,10 @@
 JAX script whose `jax.distributed.initialize()` takes no arguments trains to Succeeded, wired
 only by the standard variables (JAX's coordinator address, GKE's TPU webhook variables, which
 local mode gives as a cluster would); real MaxText and real Tunix from PyPI, each in its own
-environment, train to Succeeded with their progress in the job's status."""
+environment, train to Succeeded with their progress in the job's status. The plain JAX programs
+run on both control planes; MaxText and Tunix (two to three minutes each) on the real one: what
+they prove is the trainer's own restart and resume, and the planes' part in it (pods, a
+restart) is the same as for the built-in trainer's jobs, tested on both in test_training.py."""
 
 from __future__ import annotations
 
@@ -133,6 +136,7 @@ def _tails(logs: list[Path]) -> str:
     return "\n".join(f"== {p}\n{p.read_text(errors='replace')[-2500:]}" for p in logs)
 
 
+@pytest.mark.control_planes("real")
 def test_maxtext_trains_restarts_after_a_kill_and_resumes_its_checkpoints(local, maxtext,
                                                                           tmp_path):
     name = unique("maxtext")
@@ -208,6 +212,7 @@ def _mean(values: list[float]) -> float:
     return sum(values) / len(values)
 
 
+@pytest.mark.control_planes("real")
 def test_tunix_grpo_trains_on_two_hosts_resumes_after_a_kill_and_its_reward_rises(
         local, tunix, tmp_path):
     name = unique("tunix")

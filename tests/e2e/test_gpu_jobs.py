@@ -2,9 +2,10 @@
 (the JobSet, the launcher's command line and variables the operator writes, the pod host names,
 the network daemon sidecar, stood in for). A 2-node torchrun job (A3 Mega: 8 processes per node,
 16 in all, over gloo with real PyTorch from PyPI) trains to the end; killed on one node, it
-restarts and resumes from its checkpoint. On the embedded control plane and on the real one,
-where the real scheduler places each pod on a GPU node shaped like GKE's (the accelerator label,
-`nvidia.com/gpu` capacity, the GPU taint the pods tolerate). The JAX job on GPU nodes is in
+restarts and resumes from its checkpoint. On the real control plane, where the real scheduler
+places each pod on a GPU node shaped like GKE's (the accelerator label, `nvidia.com/gpu`
+capacity, the GPU taint the pods tolerate); what the embedded plane does for it (the pods, the
+restart) is the same as for the built-in trainer's jobs, tested on both in test_training.py. The JAX job on GPU nodes is in
 test_gpu_jax_job.py."""
 
 from __future__ import annotations
@@ -69,6 +70,7 @@ def _pod_states(local, name: str) -> str:
     return "\n".join(lines)
 
 
+@pytest.mark.control_planes("real")
 def test_a_torchrun_job_on_two_nodes_of_eight_processes_is_killed_and_resumes(
         local, torch_bin, tmp_path, control_plane):
     name = unique("torchkill")
