@@ -290,6 +290,23 @@ def test_the_generation_allowance_scales_the_token_terms_only(generation, allowa
     assert got.get("embeddingGradient", 0) == embedding * 32 * 8 * 4
 
 
+@pytest.mark.parametrize("generation, remat, allowance, copies", [
+    ("v6e", "full", 1.0, 1.75), ("v6e", "minimal", 1.0, 2.25),
+    ("v5p", "full", 0.9, 1.15), ("v5p", "none", 0.9, 2.1),      # v5p: the gradient over them
+    ("tpu7x", "full", 0.95, 1.9), ("tpu7x", "minimal", 0.95, 2.0),
+    (None, "full", 1.0, 1.9), (None, "none", 1.0, 2.25),        # not measured: the largest
+])
+def test_the_logits_are_counted_in_copies_by_generation_and_policy(generation, remat, allowance,
+                                                                   copies):
+    from tpujob_plan.memory import estimate_memory
+    from tpujob_plan.model_shape import ModelShape
+
+    # SMALL on fsdp 2 x tensor 2: 16 tokens per device, a vocabulary of 32 / 2, bf16.
+    est = estimate_memory(ModelShape(**SMALL), global_batch=8, seq_len=4,
+                          mesh={"fsdp": 2, "tensor": 2}, remat=remat, generation=generation)
+    assert est.breakdown["logits"] == pytest.approx(allowance * copies * 16 * 16 * 2)
+
+
 def test_memory_of_muon_moe_and_the_fit_boundary_by_hand():
     from tpujob_plan.memory import USABLE_HBM_FRACTION, estimate_memory
     from tpujob_plan.model_shape import ModelShape
