@@ -343,9 +343,10 @@ def test_memory_of_muon_moe_and_the_fit_boundary_by_hand():
     assert "gradientAccumulator" not in est.breakdown
     # Fits up to the usable fraction of HBM (95%), not beyond.
     need = est.per_device_bytes
-    at = estimate_memory(moe, remat="none", hbm_bytes=need / USABLE_HBM_FRACTION * 1.000001, **kw)
+    at = estimate_memory(moe, remat="none", hbm_bytes=need / 0.95 * 1.000001, **kw)
     assert at.fits is True and at.usable_bytes == pytest.approx(need, rel=1e-5)
-    below = estimate_memory(moe, remat="none", hbm_bytes=need / USABLE_HBM_FRACTION * 0.999, **kw)
+    assert at.usable_bytes == pytest.approx(0.95 * at.hbm_bytes) and USABLE_HBM_FRACTION == 0.95
+    below = estimate_memory(moe, remat="none", hbm_bytes=need / 0.95 * 0.999, **kw)
     assert below.fits is False
     assert est.fits is None and est.to_dict()["usableGiB"] is None
     assert at.to_dict()["perDeviceGiB"] == round(need / 1024**3, 3)
