@@ -407,13 +407,8 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("trainer/tpujob_plan/memory.py",
      'compute_bytes: int = 2, optimizer: str = "adamw", grad_accum: int = 1,', "1 -> 0"):
         "grad_accum is only read through max(grad_accum, 1) and grad_accum > 1",
-    ("trainer/tpujob_plan/memory.py", "if isinstance(values[0], tuple):", "0 -> 1"):
-        "every entry of a per-generation table has the same type: the second tells as well",
     ("trainer/tpujob_plan/memory.py",
-     "return tuple(max(parts) for parts in zip(*values, strict=True))", "True -> False"):
-        "every tuple of a per-generation table has the same length: strict only checks it",
-    ("trainer/tpujob_plan/memory.py",
-     '+ breakdown.get("castWeights", 0.0) + params * param_bytes / state_shards)', "0.0 -> 1"):
+     '+ breakdown.get("castWeights", 0.0) + breakdown["params"])', "0.0 -> 1"):
         "one byte added to the layer backward where no weights are cast (compute dtype = "
         "param dtype): the same verdict to the byte",
     ("trainer/tpujob_plan/memory.py", "grad_accum: int = 1", "1 -> 0"):

@@ -66,7 +66,7 @@ def run_cli(args: list[str], tmp_path: Path, *, env: dict[str, str] | None = Non
     proc = subprocess.run(cli_command(*args), capture_output=True, text=True, timeout=timeout,
                           env=clean_env(TPUJOB_TERMINATION_LOG=str(term), **(env or {})),
                           cwd=tmp_path)
-    termination = json.loads(term.read_text()) if term.exists() else None
+    termination = _termination(term)
     return Run(proc.returncode, parse_events(proc.stdout), proc.stdout, proc.stderr, termination)
 
 
@@ -146,8 +146,7 @@ class LiveRun:
             raise AssertionError(f"trainer did not exit within {timeout}s") from None
         for t in self._threads:
             t.join(timeout=10)
-        termination = (json.loads(self.termination_path.read_text())
-                       if self.termination_path.exists() else None)
+        termination = _termination(self.termination_path)
         return Run(self.proc.returncode, list(self.events), "", self.stderr, termination)
 
     def kill(self) -> None:
@@ -212,6 +211,14 @@ def run_two_processes(args: list[str], tmp_path: Path, *, timeout: float = 240,
         tails = [p.communicate()[1][-2000:] for p in procs]
         pytest.fail(f"2-process run did not finish within {timeout}s; stderr tails:\n"
                     + "\n---\n".join(tails))
-    terms = [tmp_path / f"term{pid}" for pid in range(2)]
-    return [(p.returncode, out, err, json.loads(t.read_text()) if t.exists() else None)
-            for p, (out, err), t in zip(procs, outs, terms, strict=True)]
+    terms = [_termination(tmp_path / f"term{pid}") for pid in range(2)]
+    return [(p.returncode, out, err, term)
+            for p, (out, err), term in zip(procs, outs, terms, strict=True)]
+
+
+def _termination(path: Path) -> dict | None:
+    """The termination message a process wrote, or None where it wrote none (a process killed
+    before its end leaves no file or an empty one): the test then fails on the exit codes and
+    stderr it asserts, not on a JSON error that hides them."""
+    text = path.read_text() if path.exists() else ""
+    return json.loads(text) if text else None

@@ -18,6 +18,12 @@ ARGS = ["--config", str(TINY_YAML), "metrics.port=null", "metrics.measure_peak=f
         "train.steps=3", "checkpoint.enabled=false"]
 
 
+@pytest.fixture(autouse=True)
+def own_cache(monkeypatch):
+    """The cache under each run's output, as a job has it, not the test run's shared one."""
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
+
+
 def compiled(run) -> dict:
     assert run.returncode == 0, run.stderr[-3000:]
     [event] = run.of("compiled")

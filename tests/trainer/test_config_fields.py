@@ -317,11 +317,19 @@ def test_the_planner_sees_the_model_s_dimensions():
                              moe_every=2, first_dense_layers=1)
 
 
-@pytest.mark.parametrize(("cache", "output", "where"), [
-    ({"enabled": False, "directory": "gs://c/x"}, "out", None),
-    ({"directory": "gs://c/x"}, "out", "gs://c/x"),
-    ({}, "gs://b/run/", "gs://b/run/compile-cache"),
-    ({}, "out", "out/compile-cache"),
+JAX_DIR = {"JAX_COMPILATION_CACHE_DIR": "gs://shared/jax"}
+
+
+@pytest.mark.parametrize(("cache", "output", "env", "where"), [
+    ({"enabled": False, "directory": "gs://c/x"}, "out", {}, None),
+    ({"enabled": False}, "out", JAX_DIR, None),
+    ({"directory": "gs://c/x"}, "out", {}, "gs://c/x"),
+    ({"directory": "gs://c/x"}, "out", JAX_DIR, "gs://c/x"),
+    ({}, "gs://b/run/", JAX_DIR, "gs://shared/jax"),
+    ({}, "gs://b/run/", {"JAX_COMPILATION_CACHE_DIR": ""}, "gs://b/run/compile-cache"),
+    ({}, "gs://b/run/", {}, "gs://b/run/compile-cache"),
+    ({}, "out", {"OTHER": "x"}, "out/compile-cache"),
 ])
-def test_the_compile_cache_lives_where_it_is_told_or_under_the_output(cache, output, where):
-    assert CompileCacheConfig(**cache).resolve_directory(output) == where
+def test_the_compile_cache_lives_where_it_is_told_or_jax_is_or_under_the_output(cache, output,
+                                                                                 env, where):
+    assert CompileCacheConfig(**cache).resolve_directory(output, env) == where

@@ -82,10 +82,12 @@ def config(tmp_path, *, seq_len: int, steps: int, **sections: Any) -> TrainerCon
 
 
 @pytest.fixture(autouse=True)
-def own_compile_cache():
-    """`train` points JAX's persistent cache at the run's output; JAX keeps the first directory
-    it opened for the whole process, so start and end each test with none open."""
+def own_compile_cache(monkeypatch):
+    """`train` points JAX's persistent cache at the run's output (not the test run's shared
+    one); JAX keeps the first directory it opened for the whole process, so start and end each
+    test with none open."""
     from jax.experimental.compilation_cache import compilation_cache
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)
     before = jax.config.jax_compilation_cache_dir
     compilation_cache.reset_cache()
     yield

@@ -33,10 +33,10 @@ figures and the largest buffers in benchmarks/results/hbm_compiled.json):
   large model on few tokens, where the gradients are the peak.
 - `embeddingGradient` (tpu7x): its compiler holds the embedding table's gradient unsharded in
   float32 (EMBEDDING_GRADIENT_COPIES), which the other generations shard.
-- GENERATION_ALLOWANCE scales the token terms and LOGITS_COPIES counts the logits per
-  generation: the compilers for v5p, v6e and tpu7x lay out the same program differently (v5p
-  writes the logits' gradient over them under remat full); where the generation is not known,
-  the largest of each.
+- GENERATION_ALLOWANCE scales the token terms and LOGITS_COPIES_FULL / _OTHER count the logits
+  per generation: the compilers for v5p, v6e and tpu7x lay out the same program differently
+  (v5p writes the logits' gradient over them under remat full); where the generation is not
+  known, the largest of each.
 
 The counts are fitted to the compiler over the benchmark's grid of small (4-layer) models and
 the larger rows of benchmarks/results/tpu_compile.md together, erring above:
@@ -61,9 +61,10 @@ OPTIMIZERS: tuple[str, ...] = ("adamw", "muon")
 USABLE_HBM_FRACTION = 0.95
 GIB = 1024**3
 # The logits and their gradient (compute dtype) in the output layer's backward, in copies of one
-# device's logits, per generation: (under remat full, under the other policies). Fitted: the
+# device's logits, per generation, under remat full and under the other policies. Fitted: the
 # compiler reuses buffers (v5p's writes the gradient over the logits under full).
-LOGITS_COPIES = {"v5p": (1.15, 2.1), "v6e": (1.75, 2.25), "tpu7x": (1.9, 2.0)}
+LOGITS_COPIES_FULL = {"v5p": 1.15, "v6e": 1.75, "tpu7x": 1.9}
+LOGITS_COPIES_OTHER = {"v5p": 2.1, "v6e": 2.25, "tpu7x": 2.0}
 # The output layer's weights gathered for the matmul, and their gradient before it is reduced.
 OUTPUT_LAYER_COPIES = 2
 # The layers' backward buffers, in units of one layer's matmul values per token: held beside
@@ -127,14 +128,9 @@ class MemoryEstimate:
         }
 
 
-def _per_generation(table: Mapping[str, object], generation: str | None):
-    """The generation's entry; where it is not known, the largest (of each part of a tuple)."""
-    if generation in table:
-        return table[generation]
-    values = list(table.values())
-    if isinstance(values[0], tuple):
-        return tuple(max(parts) for parts in zip(*values, strict=True))
-    return max(values)
+def _per_generation(table: Mapping[str, float], generation: str | None) -> float:
+    """The generation's entry; where it is not known, the largest."""
+    return table.get(generation, max(table.values()))
 
 
 def _axis(mesh: Mapping[str, int], name: str) -> int:
@@ -230,7 +226,8 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
         notes.append(f"seq_len {seq_len} does not split evenly over context={context}")
     tokens = micro_batch * seq_len / (batch_shards * context)
     allowance = _per_generation(GENERATION_ALLOWANCE, generation)
-    copies = _per_generation(LOGITS_COPIES, generation)[0 if remat == "full" else 1]
+    copies = _per_generation(LOGITS_COPIES_FULL if remat == "full" else LOGITS_COPIES_OTHER,
+                             generation)
 
     params = shape.total_params
     breakdown = {
@@ -277,7 +274,7 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
     # the parameters' gradients (param dtype) they become.
     layer_backward = (LAYER_BACKWARD_LAYERS[remat] * one_layer
                       + largest_layer * compute_bytes / tensor
-                      + breakdown.get("castWeights", 0.0) + params * param_bytes / state_shards)
+                      + breakdown.get("castWeights", 0.0) + breakdown["params"])
     if mlp_split > 1 and shape.n_dense_layers:
         layer_backward += allowance * tokens * shape.d_model * FLOAT32   # the chunks' sum
     if data > 1 and chunks == 1:

@@ -8,6 +8,7 @@ key is never rewritten), and an entry that cannot be read is compiled again with
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import Counter
 
@@ -47,7 +48,7 @@ def counts() -> dict[str, int]:
 
 def enable(cfg: CompileCacheConfig, output: str) -> str | None:
     """Point JAX at the cache for this run; the directory, or None when the cache is off."""
-    directory = cfg.resolve_directory(output)
+    directory = cfg.resolve_directory(output, os.environ)
     if directory is None:
         return None
     jax.config.update("jax_compilation_cache_dir", directory)

@@ -99,8 +99,9 @@ def write_termination_message(reason: Reason, message: str, env: dict[str, str] 
     path = termination_log_path(env)
     if path is None:
         return
+    line = build_termination_line(reason, message, extra)  # before the file is emptied
     try:
         with open(path, "w") as f:
-            f.write(build_termination_line(reason, message, extra))
+            f.write(line)
     except OSError:
         pass  # the exit code still tells the operator what happened
