@@ -46,16 +46,17 @@ def test_storage_failing_mid_save_exits_42_and_the_rerun_resumes_from_the_last_g
             # when the storage starts answering 503 to everything, or stops answering.
             first.wait_for(lambda e: e["event"] == "checkpoint" and e["step"] == 10, timeout=120)
             storage.fail(fault)
-            t0 = time.monotonic()
+            # The signal is the save's own timeout named in the exit reason (below), not a wall
+            # clock a busy machine stretches; a save left waiting on the stalled storage would
+            # never end, and `finish` fails the test at its timeout.
             failed = first.finish(timeout=60)
-        waited = time.monotonic() - t0
         assert storage.faulted > 0
         assert failed.returncode == 42, failed.stderr[-3000:]
         assert failed.termination["reason"] == "CheckpointError"
         message = failed.termination["message"]
         assert f"checkpoint {ckpts}/" in message and "checkpoint.save_timeout_s=3s" in message
         failed_step = int(message.split(f"checkpoint {ckpts}/")[1].split()[0])
-        assert failed_step >= 10 and waited < 30, (message, waited)
+        assert failed_step >= 10, message
         assert not failed.of("end")
 
         storage.heal()
@@ -109,16 +110,16 @@ def test_a_process_killed_mid_training_ends_the_job_with_peer_lost_and_both_resu
         wait_until_complete(ckpts, 5)
         assert p0.proc.poll() is None and p1.proc.poll() is None, "the run ended too soon"
         p1.proc.send_signal(signal.SIGKILL)
-        t0 = time.monotonic()
         survivor = p0.finish(timeout=60)
-        waited = time.monotonic() - t0
         assert p1.finish(timeout=30).returncode == -signal.SIGKILL
     # Without the lifeline, process 0 waits in the step's collective until JAX's heartbeat
-    # timeout (100 s), and JAX then aborts it with no reason.
+    # timeout (100 s, past `finish`'s 60), and JAX then aborts it with no reason: the reason
+    # below is the signal that the lifeline ended it (benchmarks/peer_failure.py times the
+    # same lifeline on a peer that fails with a reason).
     assert (survivor.returncode, survivor.termination["reason"]) == (42, "PeerLost"), \
         survivor.stderr[-3000:]
     assert survivor.termination["message"].startswith("process 1 vanished without a reason")
-    assert waited < 15 and not survivor.of("end")
+    assert not survivor.of("end")
 
     complete = StepDirs(ckpts).complete_steps(quiet=True)
     assert complete and complete[-1] >= 5
