@@ -21,7 +21,8 @@ from tpujob.api.trainer_spec import ProgressSource, ProgressSpec
 from tpujob.builders import names
 from tpujob.builders.fingerprint import FINGERPRINT_ANNOTATION, changed_fields
 from tpujob.builders.jobset import build_children
-from tpujob.controller.decide import Action, Decision, Observation, decide
+from tpujob.controller.decide import decide
+from tpujob.controller.decision import Action, Decision, Observation
 from tpujob.controller.events import PostEvent
 from tpujob.controller.host_reports import read_host_reports
 from tpujob.controller.host_watch import HostsView, HostWatch
