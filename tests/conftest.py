@@ -18,15 +18,14 @@ import shutil
 import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+_RUN_CACHE = None
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _RUN_CACHE = os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(
         prefix="tpujob-tests-jax-cache-")
-else:
-    _RUN_CACHE = None
 
 pytest_plugins = ["tests.support.gcs", "tests.support.ci_skips", "pytester"]
 
 
 def pytest_unconfigure(config) -> None:
-    if _RUN_CACHE is not None and not hasattr(config, "workerinput"):
+    if _RUN_CACHE is not None:
         shutil.rmtree(_RUN_CACHE, ignore_errors=True)

@@ -92,6 +92,7 @@ def test_hooks_add_their_fields_and_a_failing_one_is_skipped(tmp_path, monkeypat
     exits.on_ending("first", lambda reason: {"ended_as": "an earlier run's"})
     exits.on_ending("first", lambda reason: {"ended_as": reason.value})  # replaces it
     exits.on_ending("second", lambda reason: {"then": 1})
+    exits.on_ending("not-json", lambda reason: {"when": object()})  # no JSON: skipped too
     path = tmp_path / "term"
     write_termination_message(Reason.PREEMPTED, "SIGTERM", {envvars.TERMINATION_LOG: str(path)})
     assert json.loads(path.read_text()) == {"reason": "Preempted", "message": "SIGTERM",

@@ -93,13 +93,15 @@ def write_termination_message(reason: Reason, message: str, env: dict[str, str] 
     extra: dict = {}
     for hook in list(_ENDING_HOOKS.values()):
         try:
-            extra.update(hook(reason))
+            record = hook(reason)
+            json.dumps(record)  # a record that is no JSON is left out, as a failing hook is
         except Exception:  # noqa: S112 (an ending never fails on a report)
             continue
+        extra.update(record)
     path = termination_log_path(env)
     if path is None:
         return
-    line = build_termination_line(reason, message, extra)  # before the file is emptied
+    line = build_termination_line(reason, message, extra)
     try:
         with open(path, "w") as f:
             f.write(line)
