@@ -44,10 +44,10 @@ from pathlib import Path
 import psutil
 import requests
 
-from tpujob.controller.observe import ProgressReading
 from tpujob.controller.operator import Operator
 from tpujob.controller.runner import load_api_config
 from tpujob.controller.settings import OperatorSettings
+from tpujob.controller.trainer_reports import ProgressReading
 from tpujob.local.apiserver import ApiServer, bundled_crd_paths, load_crds
 
 ROOT = Path(__file__).resolve().parents[1]

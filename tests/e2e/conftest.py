@@ -34,10 +34,12 @@ E2E_OPERATOR = OperatorSettings(**(LOCAL_OPERATOR.__dict__ | dict(
     progress_interval_s=0.3, resync_interval_s=2.0, retry_delays_s=(0.2, 0.5, 1.0),
     host_report_interval_s=0.3)))
 # Every pod's trainer shares the test run's JAX compilation cache (tests/conftest.py), as the
-# trainer tests do: the jobs here train the same few small configs.
+# trainer tests do: the jobs here train the same few small configs. (Imported outside pytest, by
+# the benchmarks, there is none: their jobs compile as a user's would.)
 E2E_EXECUTOR = dict(grace_scale=0.02, max_grace_s=2.0, stop_grace_s=2.0, job_backoff_s=0.1,
                     container_backoff_s=0.1, resync_s=0.5,
-                    extra_env={"JAX_COMPILATION_CACHE_DIR": os.environ["JAX_COMPILATION_CACHE_DIR"]})
+                    extra_env={k: os.environ[k] for k in ("JAX_COMPILATION_CACHE_DIR",)
+                               if k in os.environ})
 
 # A tiny decoder: fast on CPU, with enough steps that a run is still going a few seconds
 # after its first checkpoint.

@@ -9,6 +9,7 @@ import shutil
 import signal
 from pathlib import Path
 
+import fsspec
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -214,16 +215,45 @@ def _two_process_run(tmp_path: Path, out: str, local: Path, steps: int):
     return parse_events(results[0][1])
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("local_tier", ["whole", "process-1-lost", "process-0-damaged"])
-def test_two_processes_restore_the_newest_tier_every_process_can_read(tmp_path, gcs,
-                                                                       local_tier):
+@pytest.fixture(scope="module")
+def first_two_process_run(gcs, tmp_path_factory):
+    """The run every variant below starts from, made once: 30 steps of two processes, local
+    checkpoints every 3 and persistent ones every 10, then "died" after local step 27 and before
+    its persistent save of step 30. Its objects on `gs://` and its node-local folder are kept,
+    for each variant to put back where they were (the local manifests name the output, so the
+    run cannot be copied to another prefix)."""
+    tmp_path = tmp_path_factory.mktemp("local-mp")
     out, local = gcs.fresh_prefix("local-mp"), tmp_path / "node-local"
     first = _two_process_run(tmp_path, out, local, 30)
     assert [e["step"] for e in first if e["event"] == "local_checkpoint"] == \
         [3, 6, 9, 12, 15, 18, 21, 24, 27]
-    # The run "died" after local step 27 and before its persistent save of step 30.
     StepDirs(f"{out}/checkpoints").remove(30)
+    fs, root = fsspec.core.url_to_fs(out)
+    fs.invalidate_cache()
+    objects = {path: fs.cat_file(path) for path in fs.find(root)}
+    shutil.copytree(local, tmp_path / "node-local-as-left")
+    return out, local, objects, first
+
+
+def _put_back(out: str, local: Path, objects: dict[str, bytes]) -> None:
+    fs, root = fsspec.core.url_to_fs(out)
+    fs.invalidate_cache()
+    if fs.find(root):
+        fs.rm(root, recursive=True)
+    for path, data in objects.items():
+        fs.pipe_file(path, data)
+    fs.invalidate_cache()
+    shutil.rmtree(local, ignore_errors=True)
+    shutil.copytree(local.parent / "node-local-as-left", local)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("local_tier", ["whole", "process-1-lost", "process-0-damaged"])
+def test_two_processes_restore_the_newest_tier_every_process_can_read(tmp_path,
+                                                                       first_two_process_run,
+                                                                       local_tier):
+    out, local, objects, first = first_two_process_run
+    _put_back(out, local, objects)
     assert StepDirs(f"{out}/checkpoints").complete_steps() == [20]
     for p in (0, 1):
         assert LocalTier(LocalCheckpointConfig(directory=str(local)), output=out,

@@ -134,7 +134,9 @@ def _model(monkeypatch, platform, chunk_bytes, remat="full"):
     cfg = ModelConfig(**{**TINY_MODEL, "remat": remat, "dtype": "float32", "mlp_dim": 512})
     graphdef, params = nnx.split(Decoder(cfg, rngs=nnx.Rngs(0)))
     toks = jax.random.randint(jax.random.key(1), (2, 17), 0, cfg.vocab_size)
-    value, grads = jax.value_and_grad(lambda p: loss_fn(p, graphdef, toks, 0.0)[0])(params)
+    # Traced (and the chunk counts taken) once per call: a new function each time.
+    value, grads = jax.jit(jax.value_and_grad(
+        lambda p: loss_fn(p, graphdef, toks, 0.0)[0]))(params)
     return float(value), grads, calls
 
 
@@ -155,23 +157,28 @@ def test_on_a_tpu_target_under_remat_full_the_models_mlp_is_chunked_and_the_same
 
 
 @pytest.mark.integration
-def test_compiled_for_a_tpu_the_chunked_mlp_holds_less():
-    """One wide MLP layer at 8 x 8192 tokens on a v6e-8: 128 MiB per MLP-wide value per device,
-    taken in 2 chunks by default; the compiler's program holds at least one such value less
-    than with the chunks off."""
+def test_compiled_for_a_tpu_the_chunked_mlp_holds_less(monkeypatch):
+    """One MLP layer at 64 x 256 tokens on a v6e-8: 16 MiB per MLP-wide value per device, in 2
+    chunks with both thresholds scaled down by 8 (at the real ones, the same holds for 8 x 8192
+    tokens of MLP 8192, 128 MiB a value, at half again the compile time); the compiler's
+    program holds at least one such value less than with the chunks off."""
+    import tpujob_plan.mlp_chunks as plan
     from tpujob_trainer import aot
     from tpujob_trainer.config.root import TrainerConfig
+
+    monkeypatch.setattr(plan, "CHUNKED_FROM_BYTES", plan.CHUNKED_FROM_BYTES // 8)
+    monkeypatch.setattr(plan, "CHUNK_BYTES", plan.CHUNK_BYTES // 8)
 
     def temp(chunks):
         cfg = TrainerConfig.from_dict({
             "model": {"vocab_size": 512, "d_model": 256, "n_layers": 1, "n_heads": 2,
-                      "n_kv_heads": 2, "head_dim": 128, "mlp_dim": 8192, "remat": "full",
+                      "n_kv_heads": 2, "head_dim": 128, "mlp_dim": 4096, "remat": "full",
                       "mlp_chunks": chunks},
-            "train": {"global_batch": 8, "seq_len": 8192}})
+            "train": {"global_batch": 64, "seq_len": 256}})
         return aot.compile_step(cfg, "v6e-8").temp_bytes
 
-    value = 8192 * 8192 * 2
-    assert mlp_chunks(8192, 8192, 2) == 2
+    value = 64 * 256 // 8 * 4096 * 2
+    assert mlp_chunks(64 * 256 // 8, 4096, 2) == 2
     plain, chunked = temp(1), temp("auto")
     assert chunked <= plain - value, (plain, chunked)
 

@@ -103,7 +103,9 @@ def _model_loss(monkeypatch, platform, vocab_chunk_bytes):
     cfg = ModelConfig(**{**TINY_MODEL, "vocab_size": 1024})
     graphdef, params = nnx.split(Decoder(cfg, rngs=nnx.Rngs(0)))
     toks = jax.random.randint(jax.random.key(1), (2, 17), 0, 1024)
-    value, grads = jax.value_and_grad(lambda p: loss_fn(p, graphdef, toks, 0.0)[0])(params)
+    # Traced (and the chunk counts taken) once per call: a new function each time.
+    value, grads = jax.jit(jax.value_and_grad(
+        lambda p: loss_fn(p, graphdef, toks, 0.0)[0]))(params)
     return float(value), grads, calls
 
 
@@ -121,18 +123,25 @@ def test_on_a_tpu_target_the_models_loss_is_chunked_and_the_same(monkeypatch):
     assert calls == []
 
 
-def test_compiled_for_a_tpu_the_step_holds_one_chunk_of_the_logits():
+def test_compiled_for_a_tpu_the_step_holds_one_chunk_of_the_logits(monkeypatch):
+    import tpujob_plan.vocab_chunks as vc
     from tpujob_trainer import aot
     from tpujob_trainer.config.root import TrainerConfig
 
-    # 64 x 1024 tokens over 8 devices, a 131072-word vocabulary: 2 GiB of bf16 logits per
-    # device, taken in 4 chunks of 512 MiB.
+    # 64 x 256 tokens over 8 devices, a 32768-word vocabulary: 128 MiB of bf16 logits per
+    # device, taken in 4 chunks of 32 MiB with both thresholds scaled down by 16 (at the real
+    # ones, the same holds for 64 x 1024 tokens of a 131072-word vocabulary: 2 GiB a device in
+    # 4 chunks of 512 MiB, at nearly twice the compile time). Unchunked, the program holds 2.1 times
+    # the logits here; at a quarter of them it held 0.16 times (smaller logits are not held
+    # whole: too few to tell the paths apart).
+    monkeypatch.setattr(vc, "CHUNKED_FROM_BYTES", vc.CHUNKED_FROM_BYTES // 16)
+    monkeypatch.setattr(vc, "CHUNK_BYTES", vc.CHUNK_BYTES // 16)
     cfg = TrainerConfig.from_dict({
-        "model": {"vocab_size": 131072, "d_model": 128, "n_layers": 1, "n_heads": 1,
+        "model": {"vocab_size": 32768, "d_model": 128, "n_layers": 1, "n_heads": 1,
                   "n_kv_heads": 1, "head_dim": 128, "mlp_dim": 256, "remat": "full"},
-        "train": {"global_batch": 64, "seq_len": 1024}})
-    logits = 8 * 1024 * 131072 * 2
-    assert vocab_chunks(131072, 8 * 1024, 2) == 4
+        "train": {"global_batch": 64, "seq_len": 256}})
+    logits = 8 * 256 * 32768 * 2
+    assert vocab_chunks(32768, 8 * 256, 2) == 4
     temp = aot.compile_step(cfg, "v6e-8").temp_bytes
     # The plain path holds the logits and their gradient, twice the logits; chunked, a few
     # chunks' worth at the peak.
