@@ -231,11 +231,12 @@ def first_two_process_run(gcs, tmp_path_factory):
     fs, root = fsspec.core.url_to_fs(out)
     fs.invalidate_cache()
     objects = {path: fs.cat_file(path) for path in fs.find(root)}
-    shutil.copytree(local, tmp_path / "node-local-as-left")
-    return out, local, objects, first
+    kept = tmp_path / "node-local-as-left"
+    shutil.copytree(local, kept)
+    return out, local, objects, kept, first
 
 
-def _put_back(out: str, local: Path, objects: dict[str, bytes]) -> None:
+def _put_back(out: str, local: Path, objects: dict[str, bytes], kept: Path) -> None:
     fs, root = fsspec.core.url_to_fs(out)
     fs.invalidate_cache()
     if fs.find(root):
@@ -244,7 +245,7 @@ def _put_back(out: str, local: Path, objects: dict[str, bytes]) -> None:
         fs.pipe_file(path, data)
     fs.invalidate_cache()
     shutil.rmtree(local, ignore_errors=True)
-    shutil.copytree(local.parent / "node-local-as-left", local)
+    shutil.copytree(kept, local)
 
 
 @pytest.mark.slow
@@ -252,8 +253,8 @@ def _put_back(out: str, local: Path, objects: dict[str, bytes]) -> None:
 def test_two_processes_restore_the_newest_tier_every_process_can_read(tmp_path,
                                                                        first_two_process_run,
                                                                        local_tier):
-    out, local, objects, first = first_two_process_run
-    _put_back(out, local, objects)
+    out, local, objects, kept, first = first_two_process_run
+    _put_back(out, local, objects, kept)
     assert StepDirs(f"{out}/checkpoints").complete_steps() == [20]
     for p in (0, 1):
         assert LocalTier(LocalCheckpointConfig(directory=str(local)), output=out,

@@ -131,9 +131,9 @@ def test_compiled_for_a_tpu_the_step_holds_one_chunk_of_the_logits(monkeypatch):
     # 64 x 256 tokens over 8 devices, a 32768-word vocabulary: 128 MiB of bf16 logits per
     # device, taken in 4 chunks of 32 MiB with both thresholds scaled down by 16 (at the real
     # ones, the same holds for 64 x 1024 tokens of a 131072-word vocabulary: 2 GiB a device in
-    # 4 chunks of 512 MiB, at nearly twice the compile time). Unchunked, the program holds 2.1 times
-    # the logits here; at a quarter of them it held 0.16 times (smaller logits are not held
-    # whole: too few to tell the paths apart).
+    # 4 chunks of 512 MiB, at nearly twice the compile time). Unchunked, the program holds 2.1
+    # times the logits here; at a quarter of them it held 0.16 times (smaller logits are not
+    # held whole: too few to tell the paths apart).
     monkeypatch.setattr(vc, "CHUNKED_FROM_BYTES", vc.CHUNKED_FROM_BYTES // 16)
     monkeypatch.setattr(vc, "CHUNK_BYTES", vc.CHUNK_BYTES // 16)
     cfg = TrainerConfig.from_dict({
