@@ -19,6 +19,9 @@ from tests.support.apiserver import wait_for
 from tpujob_trainer.checkpoint import StepDirs
 
 pytestmark = [pytest.mark.e2e, pytest.mark.slow]
+# The kill-and-resume tests prove the trainer's checkpoints and the JobSet's restart of a killed
+# host: on the real control plane (real JobSet and Job controllers); the embedded plane's restart
+# mechanics are test_restart_strategies.py's, on both planes.
 CONTROL_PLANES = ("embedded", "real")
 
 TOTAL = TINY["train"]["steps"]
@@ -76,6 +79,7 @@ def test_a_two_host_job_trains_to_completion(local, reference):
     assert "Goodput" in reasons
 
 
+@pytest.mark.control_planes("real")
 def test_a_killed_host_is_restarted_and_resumes_from_its_checkpoint(local, reference, gcs_env):
     name = unique("kill")
     output = f"gs://tpujob-e2e/{name}"
@@ -135,6 +139,7 @@ def test_a_killed_host_is_restarted_and_resumes_from_its_checkpoint(local, refer
     assert recovered["message"].startswith("restart 1: training again ")
 
 
+@pytest.mark.control_planes("real")
 def test_with_local_checkpoints_a_killed_host_resumes_from_the_newest_local_step(
         local, reference, gcs_env, tmp_path):
     name = unique("localckpt")
@@ -176,6 +181,7 @@ def test_with_local_checkpoints_a_killed_host_resumes_from_the_newest_local_step
     assert goodput["lostSteps"] == max(before) - restore["step"], goodput
 
 
+@pytest.mark.control_planes("real")
 def test_in_place_a_killed_host_starts_again_in_its_pod_and_resumes_from_its_emptydir(
         local, reference, gcs_env):
     """InPlaceRestart: the killed container starts again in its pod (the other host's process
