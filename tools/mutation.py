@@ -341,6 +341,8 @@ MODULES: dict[str, list[str]] = {
         "stays_up"],
     "trainer/tpujob_trainer/remat.py": ["tests/plan/test_memory_request.py"],
     # The fast fakes first (-x: a mutant they kill costs no training), then real training.
+    "trainer/tpujob_trainer/step_compile.py": ["tests/trainer/test_step_compile.py"],
+    "trainer/tpujob_trainer/compile_cache.py": ["tests/trainer/test_step_compile.py"],
     "trainer/tpujob_trainer/loop.py": ["tests/trainer/test_loop_steps.py",
                                        "tests/trainer/test_host_report.py",
                                        "tests/trainer/test_loss_check.py",
@@ -349,6 +351,9 @@ MODULES: dict[str, list[str]] = {
 # Survivors judged equivalent (no test can tell them from the original), with why: (module,
 # the source line as written, the mutation) -> reason. The report counts them apart.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("trainer/tpujob_trainer/compile_cache.py",
+     'jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)', "1 -> 0"):
+        "a minimum of 0 bytes or -1 keeps every entry alike: no compiled program is empty",
     ("trainer/tpujob_plan/zero_memory.py",
      "for other in STAGES[stage + 1:]:   # the next stage that fits", "1 -> 0"):
         "the job's own stage is tried first and never fits (that is why the loop runs)",

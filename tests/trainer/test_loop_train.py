@@ -103,6 +103,7 @@ def _closed(port: int) -> bool:
 def test_a_run_without_checkpoints_endpoint_cache_or_log_of_its_own(tmp_path, capsys,
                                                                      monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.setattr(loop, "available_cpus", lambda: 1)   # the step compiles after the init
     cfg = config(tmp_path, seq_len=8, steps=2, checkpoint={"enabled": False},
                  compile_cache={"enabled": False},
                  metrics={"wandb": {"project": "p", "mode": "online"}})
@@ -114,12 +115,15 @@ def test_a_run_without_checkpoints_endpoint_cache_or_log_of_its_own(tmp_path, ca
     assert kinds[0] == "start" and kinds[-1] == "end" and "http" not in kinds
     assert [e["step"] for e in events if e["event"] == "step"] == [1, 2]
     assert next(e for e in events if e["event"] == "start")["compile_cache"] is None
-    assert next(e for e in events if e["event"] == "compiled")["executable"] == "compiled"
+    compiled = next(e for e in events if e["event"] == "compiled")
+    assert compiled["executable"] == "compiled" and compiled["overlapped"] is False
+    assert compiled["waited_s"] >= compiled["compile_s"] > 0
     assert [e["message"] for e in events if e["event"] == "warning"] == [
         "W&B off: online mode needs WANDB_API_KEY in the environment"]
 
 
-def test_a_run_reports_its_start_serves_progress_and_cleans_up(tmp_path):
+def test_a_run_reports_its_start_serves_progress_and_cleans_up(tmp_path, monkeypatch):
+    monkeypatch.setattr(loop, "available_cpus", lambda: 8)   # room to compile beside the init
     L = 16
     cfg = config(tmp_path, seq_len=L, steps=3, metrics={"port": 0})
     log = Log()
@@ -143,6 +147,10 @@ def test_a_run_reports_its_start_serves_progress_and_cleans_up(tmp_path):
         "step": 0, "total_steps": 3, "phase": "initializing"}
     compiled = log.one("compiled")
     assert 0 < compiled["compile_s"] <= compiled["startup_s"] < wall
+    # The step compiled in its own thread from the state's making on: the loop waited for
+    # less than the compile took (the init and the checkpointer went on beside it).
+    assert compiled["overlapped"] is True
+    assert 0 <= compiled["waited_s"] < compiled["compile_s"]
     assert compiled["executable"] == "compiled"
     after_compile = [m for m in log.of("memory") if m["phase"] == "after_compile"]
     assert [m["compile_s"] for m in after_compile] == [round(compiled["compile_s"], 3)]

@@ -21,29 +21,42 @@ _EVENTS = {"/jax/compilation_cache/cache_hits": "hits",
 
 
 class CacheCounter:
-    """Persistent-cache hits and misses counted from JAX's monitoring events."""
+    """Persistent-cache hits and misses counted from JAX's monitoring events, in all and per
+    thread (JAX reports a lookup in the thread that compiles). A thread's ident may be reused
+    once it has ended: compare two counts taken in the same thread."""
 
     def __init__(self):
         self._lock = threading.Lock()
         self._counts: Counter[str] = Counter()
+        self._by_thread: Counter[tuple[int, str]] = Counter()
         jax.monitoring.register_event_listener(self._on_event)
 
     def _on_event(self, event: str, **kwargs) -> None:
         if event in _EVENTS:
             with self._lock:
                 self._counts[_EVENTS[event]] += 1
+                self._by_thread[threading.get_ident(), _EVENTS[event]] += 1
 
-    def counts(self) -> dict[str, int]:
+    def counts(self, thread: int | None = None) -> dict[str, int]:
         with self._lock:
-            return {"hits": self._counts["hits"], "misses": self._counts["misses"]}
+            if thread is None:
+                return {"hits": self._counts["hits"], "misses": self._counts["misses"]}
+            return {"hits": self._by_thread[thread, "hits"],
+                    "misses": self._by_thread[thread, "misses"]}
 
 
 _counter: CacheCounter | None = None
 
 
-def counts() -> dict[str, int]:
-    """Hits and misses since `enable`; zeros when the cache is off."""
-    return _counter.counts() if _counter is not None else {"hits": 0, "misses": 0}
+def counts(thread: int | None = None) -> dict[str, int]:
+    """Hits and misses since `enable` (of one thread's compiles: `threading.get_ident()`);
+    zeros when the cache is off."""
+    return _counter.counts(thread) if _counter is not None else {"hits": 0, "misses": 0}
+
+
+def hits_in_this_thread() -> int:
+    """Persistent-cache hits of the compiles this thread made since `enable`."""
+    return counts(threading.get_ident())["hits"]
 
 
 def enable(cfg: CompileCacheConfig, output: str) -> str | None:
