@@ -63,7 +63,16 @@ def test_a_stopped_host_is_named_stacks_are_taken_and_the_job_resumes(local, gcs
     saved = f"{output}/stacks/{label}/slice-0-host-0.txt"
     assert saved in stacks
     fs = gcsfs.GCSFileSystem()
-    text = fs.cat(saved).decode()
+
+    def saved_text() -> str | None:
+        # Host 0 writes the file after it answered (a thread of its own): wait for it.
+        fs.invalidate_cache()
+        try:
+            return fs.cat(saved).decode()
+        except FileNotFoundError:
+            return None
+
+    text = wait_for(saved_text, timeout=60, interval=0.2, message=f"{saved} to be written")
     assert text.startswith('Thread "MainThread"') and "tpujob-host-report" in text
     # The restart resumes from the checkpoint and finishes.
     final = local.wait_phase(name, "Succeeded", "Failed", timeout=240)["status"]

@@ -24,7 +24,8 @@ from tpujob_plan.flops import train_flops_per_step
 from tpujob_trainer import loop
 from tpujob_trainer.config import TrainerConfig
 from tpujob_trainer.env import ProcessEnv
-from tpujob_trainer.exits import Reason
+from tpujob_trainer.exits import Reason, TrainerExit
+from tpujob_trainer.step_compile import StepCompile
 from tpujob_trainer.telemetry.timeline import Timeline
 
 pytestmark = pytest.mark.integration
@@ -183,6 +184,28 @@ def test_a_restart_loads_the_compiled_step_and_resumes_where_the_stop_left_off(t
     out = loop.train(config(tmp_path, seq_len=24, steps=1, checkpoint={"resume": False}),
                      ProcessEnv(), log=anew)
     assert not anew.of("restore") and [s["step"] for s in anew.of("step")] == [1]
+
+
+def test_a_start_that_fails_waits_for_its_step_compile_to_end(tmp_path, monkeypatch):
+    # A process leaving with the compile's thread still inside XLA is aborted as the interpreter
+    # ends ("FATAL: exception not rethrown", signal 6) instead of exiting with its reason.
+    monkeypatch.setattr(loop, "available_cpus", lambda: 8)
+    ended: list[bool] = []
+    plain_wait = StepCompile.wait
+
+    def wait(self):
+        plain_wait(self)
+        ended.append(self._done.is_set())
+
+    monkeypatch.setattr(StepCompile, "wait", wait)
+    loop.train(config(tmp_path, seq_len=12, steps=2), ProcessEnv(), log=Log())
+    ended.clear()
+    other = config(tmp_path, seq_len=12, steps=2,
+                   model={"n_layers": TINY_MODEL["n_layers"] + 1})   # another model, same output
+    with pytest.raises(TrainerExit) as failed:
+        loop.train(other, ProcessEnv(), log=Log())
+    assert failed.value.reason == Reason.CONFIG_ERROR
+    assert ended == [True]
 
 
 ATTEMPT = """

@@ -102,6 +102,8 @@ def test_the_compile_runs_in_a_daemon_thread_and_times_itself():
     assert thread.daemon          # a run that fails before it is done does not wait for it
     assert job.seconds == 0.0     # not done yet
     go.set()
+    job.wait()
+    assert job._done.is_set()
     assert job.result() == ("step", "compiled")
     assert 0 < job.seconds <= time.perf_counter() - t0
 

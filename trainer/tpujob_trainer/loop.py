@@ -257,7 +257,7 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
         progress.update(**snap)
         log.emit("memory", phase=phase, **snap, **extra)
 
-    checkpointer = None
+    checkpointer, step_compile = None, None
     try:
         with activate(mesh):
             fns, abstract_batch = step_program(cfg, mesh, model_cfg)
@@ -331,6 +331,8 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
                 fault=StepFault(penv.fault_step_sleep_s, penv.fault_step_slowdown))
             return _run_steps(context, state, step)
     finally:
+        if step_compile is not None:
+            step_compile.wait()  # a thread left in XLA as the interpreter ends aborts it
         if checkpointer is not None:
             checkpointer.close()
         if server is not None:

@@ -77,6 +77,13 @@ class StepCompile:
             self.seconds = time.perf_counter() - t0
             self._done.set()
 
+    def wait(self) -> None:
+        """Until a compile started in the background has ended (never raises): a run that
+        fails before it needs the step must not exit with the thread inside XLA, where the
+        interpreter's end aborts the process ("FATAL: exception not rethrown", signal 6)."""
+        if self.background:
+            self._done.wait()
+
     def result(self) -> tuple[Any, str]:
         """(compiled step, "loaded" | "compiled"), once the compile is done; its error, raised
         here, if it failed."""
