@@ -5,9 +5,12 @@ are the compiler's."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
+import jax
 import pytest
 
 from tpujob_trainer import aot
@@ -38,7 +41,19 @@ def test_topology_devices_are_the_slices(slice_name, slices, devices, kind):
 
 
 def test_compile_for_v6e_8_reads_the_compilers_figures():
-    result = aot.compile_step(_cfg(), "v6e-8")
+    # Even a program JAX would cache (any compile time) leaves no entry in the persistent
+    # cache (it could not be loaded back without a TPU), and the setting is put back.
+    cache = Path(os.environ["JAX_COMPILATION_CACHE_DIR"])
+    before = set(cache.iterdir())
+    name = "jax_persistent_cache_min_compile_time_secs"
+    setting = getattr(jax.config, name)
+    jax.config.update(name, 0.0)
+    try:
+        result = aot.compile_step(_cfg(), "v6e-8")
+        assert getattr(jax.config, name) == 0.0
+    finally:
+        jax.config.update(name, setting)
+    assert set(cache.iterdir()) == before
     assert (result.devices, result.device_kind, result.mesh["fsdp"], result.remat) == \
         (8, "TPU v6 lite", 8, "full")
     # The donated state is aliased: arguments and outputs hold it once.

@@ -14,11 +14,17 @@ small model, a minute or more for billions of parameters.
 The cost model's time (`optimal_seconds`) is reported only where it is positive: libtpu 0.0.42
 returns a negative time for many programs (every one compiled for tpu7x here, and the larger
 models on v6e and v5p, scanned or not), without saying why; see `cost_model_time`.
+
+Nothing compiled here goes into JAX's persistent compilation cache (`JAX_COMPILATION_CACHE_DIR`):
+an executable compiled without a TPU cannot be loaded back without one ("PjRtCompiler must be
+constructed with a Client"), so an entry would only cost a failed read and a warning on every
+later compile of the same program.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -104,6 +110,20 @@ def cost_model_time(cost: dict[str, float]) -> tuple[float | None, str]:
     return float(t), "valid"
 
 
+@contextlib.contextmanager
+def _no_cache_writes():
+    """JAX writes an entry only for a compile longer than this minimum: none, for the block."""
+    import jax
+
+    name = "jax_persistent_cache_min_compile_time_secs"
+    before = getattr(jax.config, name)
+    jax.config.update(name, float("inf"))
+    try:
+        yield
+    finally:
+        jax.config.update(name, before)
+
+
 def compile_step(cfg: TrainerConfig, slice_name: str, slices: int = 1) -> CompiledStep:
     """Compile the step for `slices` slices of `slice_name` and read the compiler's figures."""
     devices = topology_devices(slice_name, slices)
@@ -112,7 +132,7 @@ def compile_step(cfg: TrainerConfig, slice_name: str, slices: int = 1) -> Compil
                           device_generation(devices[0]))
     model_cfg = cfg.model.model_copy(update={"remat": remat})
     t0 = time.perf_counter()
-    with activate(mesh):
+    with activate(mesh), _no_cache_writes():
         fns, batch = step_program(cfg, mesh, model_cfg)
         compiled = fns.step.lower(fns.abstract_state, batch).compile()
     compile_s = time.perf_counter() - t0

@@ -3,7 +3,8 @@ the same job on the same devices loads it and skips tracing and lowering as well
 compile (JAX's own cache skips only the compile: it looks a program up after lowering it).
 
 An entry is keyed by everything the compiled step depends on: the whole trainer config, a digest
-of the trainer's and the planner's source files, the JAX and jaxlib versions, the devices (id,
+of the trainer's and the planner's source files, the versions of JAX, jaxlib and the libraries
+the step is built from (Flax, Optax: an image with a newer one compiles again), the devices (id,
 kind, process) and this process's index, and the XLA flags in the environment. Anything else
 misses and compiles as before. Each process keeps its own entry (an executable is bound to the
 process's devices). An entry that cannot be read or loaded is compiled again with a warning.
@@ -60,11 +61,14 @@ def step_key(config: dict[str, Any], *, source: str, versions: dict[str, str],
 
 def current_key(config: dict[str, Any]) -> str:
     """step_key for this process, its devices and its environment."""
+    import flax
     import jaxlib
+    import optax
     devices = [{"id": d.id, "platform": d.platform, "kind": d.device_kind,
                 "process": d.process_index} for d in jax.devices()]
     return step_key(config, source=source_digest(),
-                    versions={"jax": jax.__version__, "jaxlib": jaxlib.__version__},
+                    versions={"jax": jax.__version__, "jaxlib": jaxlib.__version__,
+                              "flax": flax.__version__, "optax": optax.__version__},
                     devices=devices, process_index=jax.process_index(),
                     env={k: os.environ.get(k, "") for k in _ENV})
 

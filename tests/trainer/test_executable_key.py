@@ -1,0 +1,43 @@
+"""The key of a compiled step saved whole (tpujob_trainer.executable_cache): anything the step
+depends on changes it, so a restart never loads a step compiled from something else."""
+
+from __future__ import annotations
+
+import flax
+import jax
+import jaxlib
+import optax
+import pytest
+
+from tpujob_trainer import executable_cache
+from tpujob_trainer.executable_cache import current_key
+
+pytestmark = pytest.mark.unit
+
+CONFIG = {"model": {"d_model": 128}, "train": {"steps": 10}}
+
+
+def test_the_same_inputs_give_the_same_key():
+    assert current_key(CONFIG) == current_key(dict(CONFIG))
+
+
+@pytest.mark.parametrize("module", [jax, jaxlib, flax, optax], ids=lambda m: m.__name__)
+def test_another_version_of_a_library_the_step_is_built_from_changes_the_key(monkeypatch, module):
+    before = current_key(CONFIG)
+    monkeypatch.setattr(module, "__version__", module.__version__ + ".post1")
+    assert current_key(CONFIG) != before
+
+
+@pytest.mark.parametrize("change", [
+    lambda mp: mp.setenv("XLA_FLAGS", "--xla_cpu_enable_fast_math=true"),
+    lambda mp: mp.setenv("LIBTPU_INIT_ARGS", "--xla_tpu_enable_async_all_gather=true"),
+    lambda mp: mp.setattr(executable_cache, "_source_digest", "another source"),
+], ids=["xla-flags", "libtpu-args", "source"])
+def test_the_environment_and_the_source_change_the_key(monkeypatch, change):
+    before = current_key(CONFIG)
+    change(monkeypatch)
+    assert current_key(CONFIG) != before
+
+
+def test_another_config_changes_the_key():
+    assert current_key({**CONFIG, "train": {"steps": 11}}) != current_key(CONFIG)
