@@ -277,6 +277,20 @@ MODULES: dict[str, list[str]] = {
         "tests/trainer/test_checkpoint_collectives.py", "tests/trainer_io/test_checkpoint.py"],
     "trainer/tpujob_trainer/checkpoint/tiered.py": [
         "tests/trainer/test_checkpoint_collectives.py", "tests/trainer/test_local_checkpoints.py"],
+    # The node-local tier in one process: its save, layout, writer and load.
+    "trainer/tpujob_trainer/checkpoint/local.py": [
+        *(f"tests/trainer/test_local_checkpoints.py::{name}" for name in (
+            "test_a_saved_step_loads_back_bit_for_bit_with_its_data_position",
+            "test_a_local_save_is_due_every_n_steps_after_the_first",
+            "test_a_failed_write_is_logged_once_and_the_next_save_writes",
+            "test_each_save_writes_its_own_states_values_and_layout",
+            "test_keep_prunes_old_steps_and_a_save_drops_newer_ones_from_an_abandoned_timeline",
+            "test_a_manifest_from_another_run_process_or_timeline_is_not_used",
+            "test_damaged_bytes_are_refused_on_load",
+            "test_a_different_layout_is_refused_on_load"))],
+    # Its key here; its load and save run in tests/trainer/test_compile_cache.py (whole
+    # trainer starts: minutes a mutant).
+    "trainer/tpujob_trainer/executable_cache.py": ["tests/trainer/test_executable_key.py"],
     # Compiling for a TPU: the pure parts and the kernel choice first, then the real compiler.
     "trainer/tpujob_trainer/models/attention.py": ["tests/trainer/test_attention.py",
                                                    "tests/trainer/test_aot.py"],
@@ -351,6 +365,14 @@ MODULES: dict[str, list[str]] = {
 # Survivors judged equivalent (no test can tell them from the original), with why: (module,
 # the source line as written, the mutation) -> reason. The report counts them apart.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("trainer/tpujob_trainer/checkpoint/local.py",
+     "if self._layout is None or self._layout[0] != made_for:", "0 -> 1"):
+        "the layout is then worked out again at every save: the same manifest, only slower "
+        "(benchmarks/local_save.py is what sees it)",
+    ("trainer/tpujob_trainer/checkpoint/local.py",
+     "self._writer = threading.Thread(target=self._write_queued, daemon=True,", "True -> False"):
+        "the trainer closes the tier (TieredCheckpointer.close, in the loop's finally), which "
+        "ends the writer before the interpreter waits for non-daemon threads",
     ("trainer/tpujob_trainer/compile_cache.py",
      'jax.config.update("jax_persistent_cache_min_entry_size_bytes", -1)', "1 -> 0"):
         "a minimum of 0 bytes or -1 keeps every entry alike: no compiled program is empty",

@@ -41,3 +41,15 @@ def test_the_environment_and_the_source_change_the_key(monkeypatch, change):
 
 def test_another_config_changes_the_key():
     assert current_key({**CONFIG, "train": {"steps": 11}}) != current_key(CONFIG)
+
+
+def test_the_order_of_the_configs_keys_does_not_matter():
+    reordered = {"train": {"steps": 10}, "model": {"d_model": 128}}
+    assert list(reordered) != list(CONFIG) and current_key(reordered) == current_key(CONFIG)
+
+
+def test_the_source_digest_covers_the_trainers_and_the_planners_files(monkeypatch, tmp_path):
+    monkeypatch.setattr(executable_cache, "_source_digest", None)
+    digest = executable_cache.source_digest()
+    assert len(digest) == 64 and int(digest, 16) >= 0
+    assert executable_cache.source_digest() == digest       # computed once, then kept

@@ -7,6 +7,8 @@ from __future__ import annotations
 import json
 import shutil
 import signal
+import threading
+import time
 from pathlib import Path
 
 import fsspec
@@ -78,6 +80,63 @@ def test_a_saved_step_loads_back_bit_for_bit_with_its_data_position(tmp_path):
                          strict=True):
         assert got.dtype == want.dtype and got.sharding == want.sharding
         np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+def _other_state():
+    """`_state()`'s tree with another shape, another dtype and new values."""
+    state = _state()
+    rep = state["params"]["w"].sharding
+    state["params"]["w"] = jax.device_put(jnp.full((3, 5), 2.5, jnp.float32), rep)
+    state["params"]["b"] = jax.device_put(jnp.arange(7, dtype=jnp.bfloat16), rep)
+    return state
+
+
+def test_each_save_writes_its_own_states_values_and_layout(tmp_path):
+    # The layout of `shards.bin` is kept from save to save of the same state; a state of
+    # other shapes or dtypes gets its own, and every step loads back as it was saved.
+    tier, running = _tier(tmp_path, keep=4), set(threading.enumerate())
+    saved = {5: _state(), 10: _other_state(), 15: _other_state(), 20: _state()}
+    saved[15]["params"]["w"] = saved[15]["params"]["w"] * 3      # same layout, new values
+    for step, state in saved.items():
+        before = time.perf_counter()
+        tier.save(step, state, {"position": step}, base_step=None)
+        assert 0 <= tier.last_save_blocking_s <= time.perf_counter() - before
+    tier.close()
+    # One writer thread served every save, and closing the tier ended it.
+    assert not [t for t in set(threading.enumerate()) - running
+                if t.name.startswith("tpujob-local-checkpoint")]
+    for step, state in saved.items():
+        loaded, data = tier.load(step, _abstract(state))
+        assert data == {"position": step}
+        for want, got in zip(jax.tree_util.tree_leaves(state),
+                             jax.tree_util.tree_leaves(loaded), strict=True):
+            assert (got.shape, got.dtype) == (want.shape, want.dtype)
+            np.testing.assert_array_equal(np.asarray(got), np.asarray(want))
+
+
+@pytest.mark.parametrize(("every", "step", "due"), [
+    (5, 0, False), (5, 4, False), (5, 5, True), (5, 10, True), (5, 11, False), (1, 1, True),
+])
+def test_a_local_save_is_due_every_n_steps_after_the_first(tmp_path, every, step, due):
+    tier = LocalTier(LocalCheckpointConfig(directory=str(tmp_path), every=every),
+                     output="gs://b/run", process_index=0, process_count=1)
+    assert tier.should_save(step) is due
+
+
+def test_a_failed_write_is_logged_once_and_the_next_save_writes(tmp_path, caplog):
+    tier, state = _tier(tmp_path), _state()
+    (tmp_path / "local").write_text("a file where the folder should be")
+    tier.save(5, state, {}, base_step=None)
+    with caplog.at_level("WARNING"):
+        tier.wait()
+        tier.wait()
+    failed = [r.getMessage() for r in caplog.records
+              if "local checkpoint write failed" in r.getMessage()]
+    assert len(failed) == 1 and "Not a directory" in failed[0], failed
+    (tmp_path / "local").unlink()
+    tier.save(10, state, {}, base_step=None)
+    tier.close()
+    assert tier.steps() == [10]
 
 
 def test_keep_prunes_old_steps_and_a_save_drops_newer_ones_from_an_abandoned_timeline(tmp_path):

@@ -19,12 +19,13 @@ from __future__ import annotations
 import json
 import logging
 import os
+import queue
 import shutil
 import threading
 import time
 import zlib
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import numpy as np
@@ -50,6 +51,36 @@ def _leaves(tree) -> list[tuple[str, Any]]:
             for p, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]]
 
 
+class _Layout(NamedTuple):
+    """Where a state's shards go in `shards.bin`: the manifest's leaves (CRCs not yet filled)
+    and, in offset order, (leaf, addressable shard) of each distinct shard to copy. The same for
+    every save of a state of the same structure, shapes, dtypes and shardings."""
+
+    leaves: list[dict]
+    picks: list[tuple[int, int]]
+
+
+def _layout(state) -> _Layout:
+    leaves, picks, offset = [], [], 0
+    for i, (path, leaf) in enumerate(_leaves(state)):
+        shape = tuple(leaf.shape)
+        shards, seen = [], {}
+        for j, shard in enumerate(leaf.addressable_shards):
+            index = _index(shard.index, shape)
+            key = json.dumps(index)
+            if key not in seen:
+                local = tuple(shard.data.shape)
+                nbytes = int(np.prod(local, dtype=np.int64)) * leaf.dtype.itemsize
+                seen[key] = {"index": index, "offset": offset, "nbytes": nbytes,
+                             "shape": list(local)}
+                picks.append((i, j))
+                offset += nbytes
+            shards.append({**seen[key], "device": shard.device.id})
+        leaves.append({"path": path, "shape": list(shape), "dtype": str(leaf.dtype),
+                       "shards": shards})
+    return _Layout(leaves, picks)
+
+
 class LocalTier:
     """Saves and loads this process's shards of (train state, data position) under
     `<cfg.directory>/process-<process_index>`. Not collective: every method is local."""
@@ -61,9 +92,14 @@ class LocalTier:
         self.cfg, self.output = cfg, output.rstrip("/")
         self.process_index, self.process_count = process_index, process_count
         self.root = Path(cfg.directory) / f"process-{process_index}"
+        # One writer thread for the tier's life (started at the first save): handing a save to
+        # it is a put on its queue, where starting a thread per save waited for the new thread
+        # to be scheduled, which a busy host stretches.
         self._writer: threading.Thread | None = None
+        self._queue: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
         self.last_save_blocking_s: float | None = None
+        self._layout: tuple[Any, _Layout] | None = None   # (what it was made for, the layout)
 
     def should_save(self, step: int) -> bool:
         return step > 0 and step % self.cfg.every == 0
@@ -76,33 +112,36 @@ class LocalTier:
         none); a restore refuses this local one if the persistent tier has gone back behind it."""
         t0 = time.perf_counter()
         self.wait()
-        leaves, chunks = [], []
-        offset = 0
-        for path, leaf in _leaves(state):
-            shape = tuple(leaf.shape)
-            shards, seen = [], {}
-            for shard in leaf.addressable_shards:
-                index = _index(shard.index, shape)
-                key = json.dumps(index)
-                if key not in seen:
-                    host = np.array(shard.data, order="C")  # (ascontiguousarray makes 0-d 1-d)
-                    raw = host.reshape(-1).view(np.uint8)  # bytes of any dtype (bfloat16 too)
-                    # The CRC-32 is the writer's to compute, off the training path.
-                    seen[key] = {"index": index, "offset": offset, "nbytes": raw.nbytes,
-                                 "shape": list(host.shape)}
-                    chunks.append(raw)
-                    offset += raw.nbytes
-                shards.append({**seen[key], "device": shard.device.id})
-            leaves.append({"path": path, "shape": list(shape), "dtype": str(leaf.dtype),
-                           "shards": shards})
+        arrays, treedef = jax.tree_util.tree_flatten(state)
+        made_for = (treedef, tuple((a.shape, a.dtype, a.sharding) for a in arrays))
+        if self._layout is None or self._layout[0] != made_for:
+            self._layout = (made_for, _layout(state))
+        layout = self._layout[1]
+        # Only the copies off the devices happen here, every save: the layout is kept, and the
+        # CRC-32s are the writer's to compute, off the training path. (ascontiguousarray would
+        # make a 0-d array 1-d; reshape + view gives the bytes of any dtype, bfloat16 too.)
+        chunks = [np.array(arrays[i].addressable_shards[j].data, order="C").reshape(-1)
+                  .view(np.uint8) for i, j in layout.picks]
         manifest = {"format": FORMAT, "step": step, "process_index": self.process_index,
                     "process_count": self.process_count, "output": self.output,
-                    "base_step": base_step, "leaves": leaves,
+                    "base_step": base_step, "leaves": layout.leaves,
                     "data": json.loads(json.dumps(data_state)), "written_at": time.time()}
-        self._writer = threading.Thread(target=self._write, args=(step, manifest, chunks),
-                                        name=f"tpujob-local-checkpoint-{step}", daemon=True)
-        self._writer.start()
+        if self._writer is None:
+            self._writer = threading.Thread(target=self._write_queued, daemon=True,
+                                            name=f"tpujob-local-checkpoint-{self.process_index}")
+            self._writer.start()
+        self._queue.put((step, manifest, chunks))
         self.last_save_blocking_s = time.perf_counter() - t0
+
+    def _write_queued(self) -> None:
+        while True:
+            job = self._queue.get()
+            try:
+                if job is None:
+                    return
+                self._write(*job)
+            finally:
+                self._queue.task_done()
 
     def _write(self, step: int, manifest: dict, chunks: list[np.ndarray]) -> None:
         try:
@@ -122,10 +161,11 @@ class LocalTier:
                     crcs[offset] = zlib.crc32(chunk)
                     offset += chunk.nbytes
                     f.write(chunk.data)
-            for leaf in manifest["leaves"]:
-                for shard in leaf["shards"]:
-                    shard["crc32"] = crcs[shard["offset"]]
-            (tmp / MANIFEST).write_text(json.dumps(manifest))
+            # The layout's leaves are kept for the next save: the CRCs go into copies.
+            leaves = [{**leaf, "shards": [{**shard, "crc32": crcs[shard["offset"]]}
+                                          for shard in leaf["shards"]]}
+                      for leaf in manifest["leaves"]]
+            (tmp / MANIFEST).write_text(json.dumps({**manifest, "leaves": leaves}))
             os.rename(tmp, self.root / str(step))
             for s in self.steps()[:-self.cfg.keep]:
                 shutil.rmtree(self.root / str(s), ignore_errors=True)
@@ -135,9 +175,7 @@ class LocalTier:
     def wait(self) -> None:
         """Until the background write (if any) is done; a failed write is logged, not raised:
         the persistent tier still holds the run."""
-        if self._writer is not None:
-            self._writer.join()
-            self._writer = None
+        self._queue.join()
         if self._error is not None:
             log.warning("local checkpoint write failed in %s: %s", self.root, self._error)
             self._error = None
@@ -235,3 +273,7 @@ class LocalTier:
 
     def close(self) -> None:
         self.wait()
+        if self._writer is not None:
+            self._queue.put(None)
+            self._writer.join()
+            self._writer = None
