@@ -24,7 +24,8 @@ the memory Python has allocated and still holds in the whole process (tracemallo
 garbage collection, once the queued Events are sent) and its resident memory (RSS, which the
 allocator returns to the system only in part). Exits 1 when a cache still holds entries of
 deleted jobs or the memory held grows by more than `--max-growth-kib` per 1,000 jobs from the
-second record on (`--no-check` to only report).
+second record on (`--no-check` to only report). `--growth-sites N` prints the N source lines
+whose held memory grew most between the second record and the last.
 """
 
 from __future__ import annotations
@@ -168,7 +169,15 @@ def slope(points: list[tuple[int, float]]) -> float:
     return sum((x - mx) * (y - my) for x, y in points) / var if var else 0.0
 
 
-def run(jobs: int, every: int, warm_up: int) -> tuple[list[dict], list[str]]:
+def growth_sites(first: tracemalloc.Snapshot, last: tracemalloc.Snapshot, top: int) -> list[str]:
+    """The `top` source lines whose held memory grew most from `first` to `last`."""
+    stats = last.compare_to(first, "lineno")
+    return [f"{stat.size_diff / 1024:+9.1f} KiB {stat.count_diff:+7d} blocks  {stat.traceback}"
+            for stat in sorted(stats, key=lambda st: -st.size_diff)[:top]]
+
+
+def run(jobs: int, every: int, warm_up: int,
+        sites: int = 0) -> tuple[list[dict], list[str], list[str]]:
     crds = load_crds(bundled_crd_paths() + [ROOT / "manifests" / "crd.yaml"])
     with tempfile.TemporaryDirectory() as tmp, \
             ApiServer(crds=crds, request_log_size=0, watch_history=100) as server:
@@ -187,7 +196,7 @@ def run(jobs: int, every: int, warm_up: int) -> tuple[list[dict], list[str]]:
         try:
             for i in range(warm_up):  # what is built once is not counted per job
                 phases.add(cycle.run(f"warm-{i}"))
-            rows = []
+            rows, snapshots = [], []
             t0 = time.monotonic()
             for i in range(jobs + 1):
                 if i % every == 0:
@@ -195,13 +204,16 @@ def run(jobs: int, every: int, warm_up: int) -> tuple[list[dict], list[str]]:
                     rows.append({"jobs": i, "kept": kept(op), "held_kib": held_kib(op),
                                  "rss_mib": psutil.Process().memory_info().rss / 2**20,
                                  "seconds": time.monotonic() - t0})
+                    if sites and len(rows) in (2, jobs // every + 1):  # the second, the last
+                        snapshots.append(tracemalloc.take_snapshot())
                 if i < jobs:
                     phases.add(cycle.run(f"job-{i:05d}"))
             tracemalloc.stop()
+            grown = growth_sites(snapshots[0], snapshots[-1], sites) if len(snapshots) > 1 else []
         finally:
             op.events.stop()
             loop.close()
-        return rows, sorted(phases)
+        return rows, sorted(phases), grown
 
 
 def report(rows: list[dict]) -> str:
@@ -227,10 +239,13 @@ def main() -> int:
     parser.add_argument("--max-growth-kib", type=float, default=50.0,
                         help="the most the memory held may grow per 1,000 jobs (default 50)")
     parser.add_argument("--no-check", action="store_true", help="exit 0 even if it grows")
+    parser.add_argument("--growth-sites", type=int, default=0, metavar="N",
+                        help="also print the N source lines whose held memory grew most from "
+                        "the second record to the last (tracemalloc snapshots)")
     args = parser.parse_args()
     every = args.every or max(1, args.jobs // 10)
     load_before = os.getloadavg()[0]
-    rows, phases = run(args.jobs, every, args.warm_up)
+    rows, phases, grown = run(args.jobs, every, args.warm_up, args.growth_sites)
     machine = f"{platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
     print(f"machine: {machine}; load average (1 min) before: {load_before:.2f}, after: "
           f"{os.getloadavg()[0]:.2f}; phases seen after the restart: {', '.join(phases)}")
@@ -242,6 +257,10 @@ def main() -> int:
     rss_growth = 1000 * slope([(r["jobs"], r["rss_mib"] * 1024) for r in settled])
     print(f"growth per 1,000 jobs (least squares from {settled[0]['jobs']} jobs on): Python "
           f"memory held {growth:.1f} KiB, RSS {rss_growth:.0f} KiB")
+    if grown:
+        print(f"where the held memory grew most, from {rows[1]['jobs']} to {rows[-1]['jobs']} "
+              "jobs:")
+        print("\n".join(grown))
     problems = [f"{name}: {n} entries after every job was deleted"
                 for name, n in rows[-1]["kept"].items() if n]
     if growth > args.max_growth_kib:
