@@ -366,7 +366,7 @@ MODULES: dict[str, list[str]] = {
 # the source line as written, the mutation) -> reason. The report counts them apart.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("trainer/tpujob_trainer/checkpoint/local.py",
-     "if self._layout is None or self._layout[0] != made_for:", "0 -> 1"):
+     "if self._kept is None or self._kept[0] != made_for:", "0 -> 1"):
         "the layout is then worked out again at every save: the same manifest, only slower "
         "(benchmarks/local_save.py is what sees it)",
     ("trainer/tpujob_trainer/checkpoint/local.py",

@@ -99,7 +99,7 @@ class LocalTier:
         self._queue: queue.Queue = queue.Queue()
         self._error: BaseException | None = None
         self.last_save_blocking_s: float | None = None
-        self._layout: tuple[Any, _Layout] | None = None   # (what it was made for, the layout)
+        self._kept: tuple[Any, _Layout] | None = None   # (what it was made for, the layout)
 
     def should_save(self, step: int) -> bool:
         return step > 0 and step % self.cfg.every == 0
@@ -114,9 +114,9 @@ class LocalTier:
         self.wait()
         arrays, treedef = jax.tree_util.tree_flatten(state)
         made_for = (treedef, tuple((a.shape, a.dtype, a.sharding) for a in arrays))
-        if self._layout is None or self._layout[0] != made_for:
-            self._layout = (made_for, _layout(state))
-        layout = self._layout[1]
+        if self._kept is None or self._kept[0] != made_for:
+            self._kept = (made_for, _layout(state))
+        layout = self._kept[1]
         # Only the copies off the devices happen here, every save: the layout is kept, and the
         # CRC-32s are the writer's to compute, off the training path. (ascontiguousarray would
         # make a 0-d array 1-d; reshape + view gives the bytes of any dtype, bfloat16 too.)
