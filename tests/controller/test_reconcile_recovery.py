@@ -33,8 +33,10 @@ def test_the_old_attempt_is_not_read_until_the_new_one_runs(c, kube):
     job, jobset = started(c, r, "after-stall")
     # A v6e-16: 4 hosts, 4 pods.
     pods = [add_pod(c, "after-stall", index=i)["metadata"] for i in range(4)]
-    made = max(datetime.fromisoformat(p["creationTimestamp"].replace("Z", "+00:00"))
-               for p in pods)
+    # The API server stamps creation to the second: four pods may straddle a second's edge.
+    created = [datetime.fromisoformat(p["creationTimestamp"].replace("Z", "+00:00"))
+               for p in pods]
+    first, made = min(created), max(created)
     ns = c.namespace
 
     def stalled_at(failed: datetime) -> None:
@@ -48,10 +50,11 @@ def test_the_old_attempt_is_not_read_until_the_new_one_runs(c, kube):
     assert r.reconcile(c.job("after-stall"), jobset).phase == Phase.RESTARTING
     assert reads == []
     # Made after the failure, but its container has not started: still not every host.
-    stalled_at(made - timedelta(seconds=5))
+    stalled_at(first - timedelta(seconds=5))
     assert r.reconcile(c.job("after-stall"), jobset).phase == Phase.RESTARTING
     assert reads == []
-    # Placed and running: the new attempt is up; progress is read again.
+    # Placed and running: the new attempt is up; progress is read again. Detection runs from
+    # the failure to the first new pod, scheduling from it to the last placement.
     for pod in pods:
         c.patch(PODS.format(ns=ns) + f"/{pod['name']}/status", {"status": {
             "conditions": [{"type": "PodScheduled", "status": "True",
@@ -64,7 +67,7 @@ def test_the_old_attempt_is_not_read_until_the_new_one_runs(c, kube):
     assert len(reads) == 1
     [record] = status_of(c, "after-stall")["recoveries"]
     assert (record["detectSeconds"], record["scheduleSeconds"], record["startSeconds"]) == \
-        (5.0, 1.0, 2.0)
+        (5.0, 1.0 + (made - first).total_seconds(), 2.0)
     # A restart by the JobSet (not a stall) is not held back: its ready count is its own.
     kube.patch_status(ns, "after-stall", {"recoveries": [
         {"restart": 2, "cause": "pod x exited 1",
