@@ -78,14 +78,14 @@ def test_another_config_or_a_damaged_entry_compiles_the_step_again(tmp_path):
     assert compiled(run)["executable"] == "compiled"
     assert "could not be loaded" in run.stderr
     # That compile was served by JAX's cache: such an executable is not saved again (on
-    # XLA:CPU it would load and then fail at its first run), so every later start compiles
+    # XLA:CPU it would load and then fail at its first run), so the next start compiles
     # through JAX's cache and trains.
     assert "not saved whole" in run.stderr
     assert sum(e.exists() for e in entries) == 1  # this config's damaged entry was removed
-    for _ in range(2):
-        again = run_cli(args, tmp_path, timeout=300)
-        assert compiled(again)["executable"] == "compiled"
-        assert [s["step"] for s in again.steps] == [1, 2, 3]
+    again = run_cli(args, tmp_path, timeout=300)
+    assert compiled(again)["executable"] == "compiled"
+    assert [s["step"] for s in again.steps] == [1, 2, 3]
+    assert sum(e.exists() for e in entries) == 1
 
 
 def test_a_step_served_by_jax_s_cache_is_not_saved_whole(tmp_path):
@@ -93,10 +93,9 @@ def test_a_step_served_by_jax_s_cache_is_not_saved_whole(tmp_path):
     first = compiled(run_cli([*ARGS, out, "compile_cache.executables=false"], tmp_path,
                              timeout=300))
     assert first["compile_cache"]["hits"] == 0
-    for _ in range(2):
-        run = run_cli([*ARGS, out], tmp_path, timeout=300)
-        assert compiled(run)["executable"] == "compiled"
-        assert [s["step"] for s in run.steps] == [1, 2, 3]
+    run = run_cli([*ARGS, out], tmp_path, timeout=300)
+    assert compiled(run)["executable"] == "compiled"
+    assert [s["step"] for s in run.steps] == [1, 2, 3]
     assert not list((tmp_path / "out" / "compile-cache" / "executables").glob("*.pkl"))
 
 
