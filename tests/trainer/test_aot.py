@@ -100,6 +100,29 @@ def test_cost_model_time_only_when_positive(cost, want):
     assert (t, note.split(":")[0]) == want
 
 
+OUT_OF_HBM = ("RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "
+              "temporaries (74.45G) exceeds available HBM (31.25G).")
+
+
+@pytest.mark.parametrize("message,remat,want", [
+    (OUT_OF_HBM, "full", "it needs 74.45G of HBM per device where a device has 31.25G"),
+    ("RESOURCE_EXHAUSTED: Ran out of memory in memory space hbm.", "minimal",
+     "it needs more HBM per device than a device has"),
+    ("INTERNAL: Mosaic failed to compile TPU kernel", "full", None),
+    ("RESOURCE_EXHAUSTED: too many open files", "none", None),
+])
+def test_the_compilers_out_of_hbm_refusal_is_read(message, remat, want):
+    got = aot.refusal("v6e-8", message, remat)
+    if want is None:
+        assert got is None
+        return
+    text = str(got)
+    assert want in text and text.startswith("the TPU compiler refuses the step for v6e-8: ")
+    assert message.splitlines()[0] in text and "train.grad_accum" in text
+    # Remat full is offered only to a step that recomputes less.
+    assert ("model.remat full" in text) == (remat != "full")
+
+
 def test_without_libtpu_the_message_says_what_to_install(monkeypatch):
     from jax.experimental import topologies
 
@@ -128,3 +151,9 @@ def test_module_cli_prints_json_and_refuses_a_bad_slice(tmp_path):
     bad = _aot("--slice", "v6e-12", "--config", str(path), "--json")
     assert bad.returncode == 2
     assert "v6e-12" in json.loads(bad.stdout.strip().splitlines()[-1])["error"]
+    # A batch whose share of a v6e device is tens of GiB: the compiler itself refuses it.
+    big = _aot("--slice", "v6e-8", "--config", str(path), "--json", "train.global_batch=262144")
+    assert big.returncode == 2, big.stderr[-2000:]
+    error = json.loads(big.stdout.strip().splitlines()[-1])["error"]
+    assert error.startswith("the TPU compiler refuses the step for v6e-8: it needs ")
+    assert "where a device has 31.25G" in error and "Traceback" not in big.stderr

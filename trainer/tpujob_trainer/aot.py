@@ -11,6 +11,10 @@ the shardings, the state and the step are built by the same code as in a run
 is what a job on that slice compiles. The compile runs on this machine's CPU: seconds for a
 small model, a minute or more for billions of parameters.
 
+A step whose share of one device needs more HBM than the device has is refused by the compiler
+itself ("RESOURCE_EXHAUSTED: Ran out of memory on HBM"): that is `StepDoesNotFit`, with what
+the compiler says it needs and what would make it smaller (exit status 2 from the command line).
+
 The cost model's time (`optimal_seconds`) is reported only where it is positive: libtpu 0.0.42
 returns a negative time for many programs (every one compiled for tpu7x here, and the larger
 models on v6e and v5p, scanned or not), without saying why; see `cost_model_time`.
@@ -27,6 +31,7 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import sys
 import time
 from dataclasses import asdict, dataclass
@@ -47,6 +52,32 @@ TOPOLOGY_NAMES = {"v4": "v4", "v5litepod": "v5e", "v5p": "v5p", "v6e": "v6e", "t
 
 class CompilerUnavailable(RuntimeError):
     """libtpu (the TPU compiler) is not installed here."""
+
+
+class StepDoesNotFit(RuntimeError):
+    """The TPU compiler refused the step: one device's share needs more HBM than it has."""
+
+
+# libtpu 0.0.42's refusal: "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory
+# required for HLO temporaries (74.45G) exceeds available HBM (31.25G)."
+_HBM_REFUSAL = re.compile(r"required for HLO temporaries \(([^)]+)\) exceeds available HBM "
+                          r"\(([^)]+)\)")
+
+
+def refusal(slice_name: str, message: str, remat: str) -> StepDoesNotFit | None:
+    """The compile error `message` as a StepDoesNotFit, where it is the compiler's out-of-HBM
+    refusal of a step compiled with `remat`; None for any other error (pure)."""
+    if "RESOURCE_EXHAUSTED" not in message or "memory" not in message.lower():
+        return None
+    m = _HBM_REFUSAL.search(message)
+    need = (f"{m.group(1)} of HBM per device where a device has {m.group(2)}" if m
+            else "more HBM per device than a device has")
+    first = message.strip().splitlines()[0]
+    ways = ([] if remat == "full" else ["model.remat full"]) + [
+        "train.grad_accum (micro-batches) or a smaller train.global_batch or train.seq_len",
+        "a larger slice to spread the state and the batch over"]
+    return StepDoesNotFit(f"the TPU compiler refuses the step for {slice_name}: it needs {need} "
+                          f"({first}); make one device's share smaller: {', '.join(ways)}")
 
 
 def topology_devices(slice_name: str, slices: int = 1) -> list:
@@ -132,9 +163,19 @@ def compile_step(cfg: TrainerConfig, slice_name: str, slices: int = 1) -> Compil
                           device_generation(devices[0]))
     model_cfg = cfg.model.model_copy(update={"remat": remat})
     t0 = time.perf_counter()
+    import jax
+
     with activate(mesh), _no_cache_writes():
         fns, batch = step_program(cfg, mesh, model_cfg)
-        compiled = fns.step.lower(fns.abstract_state, batch).compile()
+        lowered = fns.step.lower(fns.abstract_state, batch)
+        try:
+            compiled = lowered.compile()
+        except jax.errors.JaxRuntimeError as e:
+            refused = refusal(slice_name if slices == 1 else f"{slices} x {slice_name}", str(e),
+                              remat)
+            if refused is None:
+                raise
+            raise refused from e
     compile_s = time.perf_counter() - t0
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis()
@@ -161,7 +202,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         cfg = TrainerConfig.load(args.config, args.overrides)
         result = compile_step(cfg, args.slice, args.slices)
-    except (ConfigError, TrainerExit, CompilerUnavailable, PlanError) as e:
+    except (ConfigError, TrainerExit, CompilerUnavailable, PlanError, StepDoesNotFit) as e:
         print(json.dumps({"error": str(e)}) if args.json else f"error: {e}", file=sys.stdout if args.json else sys.stderr)
         return 2
     if args.json:
