@@ -141,6 +141,24 @@ def test_a_slice_plan_reads_as_a_user_sees_it(capsys):
     ]
 
 
+@pytest.mark.parametrize("n,text", [(7.94e9, "7.94 B"), (1.14e9, "1.14 B"), (1e8, "0.10 B"),
+                                    (9.99e7, "99.9 M"), (1.2e7, "12 M"), (818_176, "0.818 M")])
+def test_a_parameter_count_reads_in_billions_or_millions(n, text):
+    from tpujob.cli.plan_render import params
+
+    assert params(n) == text
+
+
+def test_a_small_models_count_is_in_millions_on_the_plan(capsys, tmp_path):
+    model = tmp_path / "small.yaml"
+    model.write_text("model: {vocab_size: 1024, d_model: 256, n_layers: 2, n_heads: 4, "
+                     "n_kv_heads: 2, head_dim: 128, mlp_dim: 512}\n")
+    code, out, err = _plan(capsys, "v6e-8", "--model", str(model))
+    assert code == 0, err
+    [line] = [ln for ln in out.splitlines() if ln.startswith("  model ")]
+    assert line.startswith("  model           small.yaml: ") and " M params, " in line, line
+
+
 def test_a_zero_stage_plans_a_pytorch_programs_model_states(capsys):
     # The seed system's mistake in numbers: an 8B model under plain DDP on two A3 Mega nodes.
     code, out, err = _plan(capsys, "a3-megagpu-8g", "--nodes", "2", "--launcher", "accelerate",

@@ -115,11 +115,17 @@ def _mesh_and_memory(r: SliceResult) -> list[str]:
     return out
 
 
+def params(n: float) -> str:
+    """A parameter count: billions to two decimals from 0.1 B up, else millions to three
+    significant digits (a 0.8 M-parameter test model is not "0.00 B")."""
+    return f"{n / 1e9:.2f} B" if n >= 1e8 else f"{n / 1e6:.3g} M"
+
+
 def _model_state_lines(r: SliceResult) -> list[str]:
     s, m = r.model_states, r.model
     how = "no offload" if s.zero.offload.value == "none" else f"offload {s.zero.offload.value}"
     verdict = "fits" if s.problem is None else "DOES NOT FIT"
-    out = [f"  model           {m.label}: {s.parameters / 1e9:.2f} B params, largest layer "
+    out = [f"  model           {m.label}: {params(s.parameters)} params, largest layer "
            f"{s.largest_layer / 1e6:.0f} M",
            f"  model states    ZeRO stage {s.zero.stage} ({how}): {s.bytes_per_gpu / GIB:.2f} "
            f"GiB per GPU of {r.plan.hbm_bytes_per_device / GIB:.2f} GiB, before activations: "
@@ -152,7 +158,7 @@ def _memory_lines(r: SliceResult) -> list[str]:
     assert e is not None and m is not None
     verdict = "fits" if e.fits else "DOES NOT FIT"
     usable = e.usable_bytes or 0
-    out = [f"  model           {m.label}: {m.shape.total_params / 1e9:.2f} B params, global batch "
+    out = [f"  model           {m.label}: {params(m.shape.total_params)} params, global batch "
            f"{r.to_dict()['memory']['globalBatch']}, seq {m.seq_len}, remat {e.remat}",
            f"  memory/device   {e.per_device_bytes / GIB:.2f} GiB of {usable / GIB:.2f} GiB "
            f"usable: {verdict}"]
