@@ -21,7 +21,7 @@ import pytest
 
 from tests.trainer.helpers import TINY_MODEL, clean_env, free_port, process_env
 from tpujob_plan.flops import train_flops_per_step
-from tpujob_trainer import loop
+from tpujob_trainer import loop, step_compile
 from tpujob_trainer.config import TrainerConfig
 from tpujob_trainer.env import ProcessEnv
 from tpujob_trainer.exits import Reason, TrainerExit
@@ -104,7 +104,7 @@ def _closed(port: int) -> bool:
 def test_a_run_without_checkpoints_endpoint_cache_or_log_of_its_own(tmp_path, capsys,
                                                                      monkeypatch):
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
-    monkeypatch.setattr(loop, "available_cpus", lambda: 1)   # the step compiles after the init
+    monkeypatch.setattr(step_compile, "available_cpus", lambda: 1)   # the step compiles after the init
     cfg = config(tmp_path, seq_len=8, steps=2, checkpoint={"enabled": False},
                  compile_cache={"enabled": False},
                  metrics={"wandb": {"project": "p", "mode": "online"}})
@@ -124,7 +124,7 @@ def test_a_run_without_checkpoints_endpoint_cache_or_log_of_its_own(tmp_path, ca
 
 
 def test_a_run_reports_its_start_serves_progress_and_cleans_up(tmp_path, monkeypatch):
-    monkeypatch.setattr(loop, "available_cpus", lambda: 8)   # room to compile beside the init
+    monkeypatch.setattr(step_compile, "available_cpus", lambda: 8)   # room to compile beside the init
     L = 16
     cfg = config(tmp_path, seq_len=L, steps=3, metrics={"port": 0})
     log = Log()
@@ -189,7 +189,7 @@ def test_a_restart_loads_the_compiled_step_and_resumes_where_the_stop_left_off(t
 def test_a_start_that_fails_waits_for_its_step_compile_to_end(tmp_path, monkeypatch):
     # A process leaving with the compile's thread still inside XLA is aborted as the interpreter
     # ends ("FATAL: exception not rethrown", signal 6) instead of exiting with its reason.
-    monkeypatch.setattr(loop, "available_cpus", lambda: 8)
+    monkeypatch.setattr(step_compile, "available_cpus", lambda: 8)
     ended: list[bool] = []
     plain_wait = StepCompile.wait
 

@@ -46,6 +46,28 @@ def test_two_processes_train_and_checkpoint(tmp_path, storage, request):
     assert StepDirs(f"{out}/checkpoints").complete_steps() == [4, 6]
 
 
+def test_the_processes_of_a_job_on_one_machine_compile_its_step_once(tmp_path, monkeypatch):
+    """Process 1 takes the step process 0 compiled and saved (step_share.py): one entry in the
+    job's executable cache, not one per process, and the same losses as two processes that
+    each compile their own (the executable cache off); a restart loads it on both."""
+    monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)  # the cache under the output
+    args = [*ARGS, MESH, "checkpoint.enabled=false"]
+    own = run_two_processes([*args, f"output={tmp_path}/own", "compile_cache.executables=false"],
+                            tmp_path)
+    assert [r[0] for r in own] == [0, 0], own[1][2][-2000:]
+    for start in ("first", "restart"):
+        shared = run_two_processes([*args, f"output={tmp_path}/shared"], tmp_path)
+        assert [r[0] for r in shared] == [0, 0], shared[1][2][-2000:]
+        events = parse_events(shared[0][1])
+        [compiled] = [e for e in events if e["event"] == "compiled"]
+        assert compiled["executable"] == ("compiled" if start == "first" else "loaded")
+        assert [e["loss"] for e in events if e["event"] == "step"] == \
+            [e["loss"] for e in parse_events(own[0][1]) if e["event"] == "step"]
+        entries = list((tmp_path / "shared" / "compile-cache" / "executables").glob("*.pkl"))
+        assert len(entries) == 1, entries
+        assert "compiled step saved" not in shared[1][2]   # process 1 saved nothing of its own
+
+
 @pytest.mark.slow
 def test_a_failure_on_one_process_ends_the_whole_job(tmp_path):
     # Unshuffled, batch 3's rows 4..7 (process 1's) hold a token id the model cannot take:

@@ -119,17 +119,18 @@ _leaving = threading.Event()   # a watcher thread is ending the process with its
 PEER_ACCOUNT_WAIT_S = 5.0
 
 
-def _client():
-    # jax.distributed keeps its coordination-service client here (multihost_utils and Orbax
-    # use it the same way); None unless this is a multi-process run.
+def coordination_client():
+    """jax.distributed's coordination-service client (multihost_utils and Orbax use it the same
+    way); None unless this is a multi-process run."""
     from jax._src import distributed as jax_distributed
     return jax_distributed.global_state.client
+
 
 
 def announce_failure(reason: Reason, message: str) -> None:
     """Tell the other processes that this one is failing (best effort, never raises)."""
     _stopping.set()
-    client = _client()
+    client = coordination_client()
     if client is None:
         return
     me = jax.process_index()
@@ -151,7 +152,7 @@ def watch_for_failures(penv: ProcessEnv) -> None:
     get per process on the coordination service) or dies without a word (its lifeline closes),
     until `stop_watching()`."""
     global _watcher, _lifeline
-    client = _client()
+    client = coordination_client()
     if client is None:
         return
     key = _NEWS_KEY.format(jax.process_index())
@@ -197,7 +198,7 @@ def _peer_vanished(process: int) -> None:
     """`process`'s lifeline closed without a goodbye: it died without a word."""
     if _stopping.is_set():
         return  # this process is leaving with a reason of its own
-    client, me = _client(), jax.process_index()
+    client, me = coordination_client(), jax.process_index()
     if process != 0:
         # A process failing with a reason posts it before it leaves: the watcher reports that.
         try:
@@ -227,7 +228,7 @@ def stop_watching(timeout_s: float = 10.0) -> None:
     _stopping.set()
     if _lifeline is not None:
         _lifeline.close()
-    client = _client()
+    client = coordination_client()
     if _watcher is None or client is None:
         return
     try:

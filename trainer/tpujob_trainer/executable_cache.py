@@ -59,8 +59,9 @@ def step_key(config: dict[str, Any], *, source: str, versions: dict[str, str],
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def current_key(config: dict[str, Any]) -> str:
-    """step_key for this process, its devices and its environment."""
+def current_key(config: dict[str, Any], process_index: int | None = None) -> str:
+    """step_key for this process (or process `process_index` of the job), its devices and its
+    environment."""
     import flax
     import jaxlib
     import optax
@@ -69,7 +70,8 @@ def current_key(config: dict[str, Any]) -> str:
     return step_key(config, source=source_digest(),
                     versions={"jax": jax.__version__, "jaxlib": jaxlib.__version__,
                               "flax": flax.__version__, "optax": optax.__version__},
-                    devices=devices, process_index=jax.process_index(),
+                    devices=devices,
+                    process_index=jax.process_index() if process_index is None else process_index,
                     env={k: os.environ.get(k, "") for k in _ENV})
 
 
@@ -83,6 +85,31 @@ class ExecutableCache:
     def _path(self, key: str) -> str:
         return f"{self.root}/{key}.pkl"
 
+    def exists(self, key: str) -> bool:
+        """Whether an entry is saved under `key` (it may still fail to load)."""
+        try:
+            return self.fs.exists(self._path(key))
+        except Exception:  # storage trouble reads as absent
+            return False
+
+    def load(self, key: str) -> Any | None:
+        """The step saved under `key`, or None: absent, or damaged or incompatible (then
+        removed, with a warning, so that it is compiled and saved again)."""
+        from jax.experimental import serialize_executable
+        path = self._path(key)
+        try:
+            if self.fs.exists(path):
+                payload, in_tree, out_tree = pickle.loads(self.fs.cat_file(path))
+                return serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
+        except Exception as e:  # a damaged or incompatible entry: compile as if it were absent
+            log.warning("compiled step %s could not be loaded (%s: %s); removing it and "
+                        "compiling", path, type(e).__name__, str(e)[:300])
+            try:
+                self.fs.rm(path)
+            except Exception:  # another process removed it first, or storage trouble
+                pass
+        return None
+
     def load_or_compile(self, key: str, compile_fn: Callable[[], Any],
                         cache_hits: Callable[[], int]) -> tuple[Any, str]:
         """(compiled step, "loaded" | "compiled"): the saved executable, else compile_fn()'s,
@@ -94,19 +121,10 @@ class ExecutableCache:
         gives one that loads but fails at its first run (`NOT_FOUND: Function <fusion> not
         found`), seen with jax 0.10.2."""
         from jax.experimental import serialize_executable
+        loaded = self.load(key)
+        if loaded is not None:
+            return loaded, "loaded"
         path = self._path(key)
-        try:
-            if self.fs.exists(path):
-                payload, in_tree, out_tree = pickle.loads(self.fs.cat_file(path))
-                return serialize_executable.deserialize_and_load(payload, in_tree, out_tree), \
-                    "loaded"
-        except Exception as e:  # a damaged or incompatible entry: compile as if it were absent
-            log.warning("compiled step %s could not be loaded (%s: %s); removing it and "
-                        "compiling", path, type(e).__name__, str(e)[:300])
-            try:
-                self.fs.rm(path)
-            except Exception:  # another process removed it first, or storage trouble
-                pass
         hits = cache_hits()
         compiled = compile_fn()
         if cache_hits() != hits:

@@ -34,7 +34,7 @@ from tpujob_trainer.mesh import build_mesh
 from tpujob_trainer.remat import device_generation, device_memory_bytes, resolve_remat
 from tpujob_trainer.sharding import activate
 from tpujob_trainer.step import step_program
-from tpujob_trainer.step_compile import StepCompile, available_cpus, overlaps
+from tpujob_trainer.step_compile import start_step_compile
 from tpujob_trainer.telemetry.fault import StepFault
 from tpujob_trainer.telemetry.host_report import HostReporter
 from tpujob_trainer.telemetry.jsonlog import JsonLog
@@ -261,7 +261,7 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
     try:
         with activate(mesh):
             fns, abstract_batch = step_program(cfg, mesh, model_cfg)
-            step_compile = _start_step_compile(cfg, fns, abstract_batch, mesh, cache_dir)
+            step_compile = start_step_compile(cfg, fns, abstract_batch, mesh, cache_dir)
             tokens_sharding = abstract_batch["tokens"].sharding
             stop_sharding = abstract_batch["stop"].sharding
             try:
@@ -340,26 +340,6 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
         if wandb_run is not None:
             wandb_run.finish()
 
-
-def _start_step_compile(cfg: TrainerConfig, fns: Any, abstract_batch: dict[str, Any], mesh: Any,
-                        cache_dir: str | None) -> StepCompile:
-    """The step's compile (loaded whole from the job's executable cache when it can), started
-    now in its own thread where the process has the CPUs for it: it overlaps the data,
-    checkpointer, restore or init."""
-    from tpujob_trainer.executable_cache import ExecutableCache
-    from tpujob_trainer.executable_cache import current_key as executable_key
-
-    def compile_fn() -> Any:
-        return fns.step.lower(fns.abstract_state, abstract_batch).compile()
-
-    def compile_step(cache_hits: Callable[[], int]) -> tuple[Any, str]:
-        if cache_dir is not None and cfg.compile_cache.executables:
-            return ExecutableCache(cache_dir).load_or_compile(
-                executable_key(cfg.model_dump(mode="json")), compile_fn, cache_hits)
-        return compile_fn(), "compiled"
-
-    background = overlaps(available_cpus(), jax.process_count(), jax.devices()[0].platform)
-    return StepCompile(compile_step, mesh, background=background)
 
 
 def _run_steps(ctx: StepContext, state: Any, step: int) -> Outcome:

@@ -13,7 +13,8 @@ start to its compiled step in 7.6 to 9.1 s overlapped against 8.1 to 9.4 s in tu
 and 17.9 s in turn, so there the step compiles after the init, as before.
 
 The compile loads the step whole from the job's executable cache when it can
-(`executable_cache.py`). Whether JAX's persistent cache served it is told from the lookups of
+(`executable_cache.py`); where the job's processes share one machine's CPUs (JAX on CPU) they
+take process 0's (`step_share.py`). Whether JAX's persistent cache served it is told from the lookups of
 this thread only (`compile_cache.hits_in_this_thread`): the init compiling beside it must not
 count. Nothing here runs a computation or a collective, so the main thread's collectives keep
 their order on every process.
@@ -30,6 +31,7 @@ from typing import Any
 import jax
 
 from tpujob_trainer import compile_cache
+from tpujob_trainer.config.root import TrainerConfig
 
 
 def available_cpus() -> int:
@@ -93,3 +95,35 @@ class StepCompile:
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value]
+
+
+def start_step_compile(cfg: TrainerConfig, fns: Any, abstract_batch: dict[str, Any], mesh: Any,
+                       cache_dir: str | None) -> StepCompile:
+    """The step's compile (loaded whole from the job's executable cache when it can), started
+    now in its own thread where the process has the CPUs for it: it overlaps the data,
+    checkpointer, restore or init. Where the job's processes share one machine's CPUs they take
+    process 0's step (`step_share`)."""
+    from tpujob_trainer.distributed import coordination_client
+    from tpujob_trainer.executable_cache import ExecutableCache
+    from tpujob_trainer.executable_cache import current_key as executable_key
+    from tpujob_trainer.step_share import shares, step_of_process_0
+
+    def compile_fn() -> Any:
+        return fns.step.lower(fns.abstract_state, abstract_batch).compile()
+
+    platform = jax.devices()[0].platform
+
+    def compile_step(cache_hits: Callable[[], int]) -> tuple[Any, str]:
+        if cache_dir is None or not cfg.compile_cache.executables:
+            return compile_fn(), "compiled"
+        cache, config = ExecutableCache(cache_dir), cfg.model_dump(mode="json")
+        client = coordination_client()
+        if shares(platform, jax.process_count()) and client is not None:
+            return step_of_process_0(
+                cache, client, process_index=jax.process_index(),
+                own_key=executable_key(config), key_of_0=executable_key(config, process_index=0),
+                compile_fn=compile_fn, cache_hits=cache_hits)
+        return cache.load_or_compile(executable_key(config), compile_fn, cache_hits)
+
+    background = overlaps(available_cpus(), jax.process_count(), platform)
+    return StepCompile(compile_step, mesh, background=background)

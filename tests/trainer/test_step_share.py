@@ -1,0 +1,121 @@
+"""Process 0's compiled step taken by the other processes of a job on one machine
+(`step_share.py`): what process 0 tells in every case, and what another process does with it.
+A fake cache and a fake coordination service stand in for storage and jax.distributed; the
+real ones are in test_multidevice.py's two-process run."""
+
+from __future__ import annotations
+
+import pytest
+
+from tpujob_trainer import step_share
+from tpujob_trainer.step_share import ENTRY, NONE, shares, step_of_process_0, word_key
+
+
+class Cache:
+    """Entries by key; `load_or_compile` saves what it compiles unless `saves` is False."""
+
+    def __init__(self, entries=(), saves=True, damaged=()):
+        self.entries, self.saves, self.damaged = set(entries), saves, set(damaged)
+        self.calls: list[tuple[str, str]] = []
+
+    def exists(self, key):
+        return key in self.entries
+
+    def load(self, key):
+        self.calls.append(("load", key))
+        if key in self.damaged:
+            self.entries.discard(key)
+            return None
+        return f"step@{key}" if key in self.entries else None
+
+    def load_or_compile(self, key, compile_fn, cache_hits):
+        self.calls.append(("load_or_compile", key))
+        if key in self.entries and key not in self.damaged:
+            return f"step@{key}", "loaded"
+        compiled = compile_fn()
+        if self.saves:
+            self.entries.add(key)
+        return compiled, "compiled"
+
+
+class Client:
+    def __init__(self, words=None, fail_set=False, fail_get=False):
+        self.words = dict(words or {})
+        self.fail_set, self.fail_get = fail_set, fail_get
+        self.waited: list[tuple[str, int]] = []
+
+    def key_value_set(self, key, value):
+        if self.fail_set:
+            raise RuntimeError("coordination service gone")
+        self.words[key] = value
+
+    def blocking_key_value_get(self, key, timeout_in_ms):
+        self.waited.append((key, timeout_in_ms))
+        if self.fail_get or key not in self.words:
+            raise RuntimeError("DEADLINE_EXCEEDED")
+        return self.words[key]
+
+
+def run(process_index, cache, client, compile_fn=lambda: "compiled-here"):
+    return step_of_process_0(cache, client, process_index=process_index, own_key=f"k{process_index}",
+                             key_of_0="k0", compile_fn=compile_fn, cache_hits=lambda: 0,
+                             wait_s=2.0)
+
+
+@pytest.mark.parametrize("platform,processes,want", [
+    ("cpu", 2, True), ("cpu", 8, True), ("cpu", 1, False), ("tpu", 4, False), ("gpu", 2, False)])
+def test_only_processes_sharing_a_machine_share(platform, processes, want):
+    assert shares(platform, processes) is want
+
+
+@pytest.mark.parametrize("entries,saves,want_how,word", [
+    ((), True, "compiled", ENTRY),      # compiled and saved: the others load it
+    (("k0",), True, "loaded", ENTRY),   # loaded whole: it is there for the others too
+    ((), False, "compiled", NONE),      # not saved (JAX's cache served it): each compiles
+])
+def test_process_0_gets_its_step_as_before_and_always_tells(entries, saves, want_how, word):
+    cache, client = Cache(entries, saves), Client()
+    assert run(0, cache, client)[1] == want_how
+    assert cache.calls == [("load_or_compile", "k0")]
+    assert client.words == {word_key("k0"): word} and client.waited == []
+
+
+def test_process_0_tells_none_when_its_compile_fails():
+    client = Client()
+
+    def fails():
+        raise ValueError("XLA failed")
+
+    with pytest.raises(ValueError, match="XLA failed"):
+        run(0, Cache(), client, fails)
+    assert client.words == {word_key("k0"): NONE}
+
+
+def test_process_0_that_cannot_tell_still_returns_its_step():
+    assert run(0, Cache(), Client(fail_set=True)) == ("compiled-here", "compiled")
+
+
+@pytest.mark.parametrize("word,entries,damaged,fail_get,want,calls", [
+    # Process 0's entry: loaded, nothing compiled here, nothing saved under this process's key.
+    (ENTRY, {"k0"}, (), False, ("step@k0", "loaded"), [("load", "k0")]),
+    # Process 0 saved nothing: this process's own way (its own entry, else a compile).
+    (NONE, set(), (), False, ("compiled-here", "compiled"), [("load_or_compile", "k1")]),
+    (NONE, {"k1"}, (), False, ("step@k1", "loaded"), [("load_or_compile", "k1")]),
+    # Said to be there but unreadable here: its own way.
+    (ENTRY, {"k0"}, {"k0"}, False, ("compiled-here", "compiled"),
+     [("load", "k0"), ("load_or_compile", "k1")]),
+    # No word in time (or the service failed): its own way.
+    (None, {"k0"}, (), True, ("compiled-here", "compiled"), [("load_or_compile", "k1")]),
+])
+def test_another_process_takes_process_0s_step_where_there_is_one(word, entries, damaged,
+                                                                   fail_get, want, calls):
+    cache = Cache(entries, damaged=damaged)
+    client = Client({word_key("k0"): word} if word else {}, fail_get=fail_get)
+    assert run(1, cache, client) == want
+    assert cache.calls == calls
+    assert client.waited == [(word_key("k0"), 2000)]
+    assert word_key("k0") not in client.words or client.words[word_key("k0")] == word
+
+
+def test_the_wait_covers_a_long_compile():
+    assert step_share.WAIT_S >= 1800
