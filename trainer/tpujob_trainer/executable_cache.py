@@ -6,8 +6,9 @@ An entry is keyed by everything the compiled step depends on: the whole trainer 
 of the trainer's and the planner's source files, the versions of JAX, jaxlib and the libraries
 the step is built from (Flax, Optax: an image with a newer one compiles again), the devices (id,
 kind, process) and this process's index, and the XLA flags in the environment. Anything else
-misses and compiles as before. Each process keeps its own entry (an executable is bound to the
-process's devices). An entry that cannot be read or loaded is compiled again with a warning.
+misses and compiles as before. Each process keeps its own entry, except where the job's
+processes share one machine (JAX on CPU), where process 0's serves them all (`step_share.py`:
+the program and the devices it names are the job's). An entry that cannot be read or loaded is compiled again with a warning.
 Only a step that XLA compiled is saved, never one JAX's cache served (`load_or_compile`).
 
 An entry is a pickle (the serialized executable and its argument trees) read from the job's own
