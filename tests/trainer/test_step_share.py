@@ -56,10 +56,14 @@ class Client:
         return self.words[key]
 
 
+KEY = word_key(7)
+
+
 def run(process_index, cache, client, compile_fn=lambda: "compiled-here"):
+    # Each process's entry key is its own (its config may name a path of its own): process 1's
+    # is k1, never computed as process 0's.
     return step_of_process_0(cache, client, process_index=process_index, own_key=f"k{process_index}",
-                             key_of_0="k0", compile_fn=compile_fn, cache_hits=lambda: 0,
-                             wait_s=2.0)
+                             compile_fn=compile_fn, cache_hits=lambda: 0, wait_s=2.0, n=7)
 
 
 @pytest.mark.parametrize("platform,processes,want", [
@@ -69,15 +73,15 @@ def test_only_processes_sharing_a_machine_share(platform, processes, want):
 
 
 @pytest.mark.parametrize("entries,saves,want_how,word", [
-    ((), True, "compiled", ENTRY),      # compiled and saved: the others load it
-    (("k0",), True, "loaded", ENTRY),   # loaded whole: it is there for the others too
-    ((), False, "compiled", NONE),      # not saved (JAX's cache served it): each compiles
+    ((), True, "compiled", f"{ENTRY} k0"),      # compiled and saved: the others load it
+    (("k0",), True, "loaded", f"{ENTRY} k0"),   # loaded whole: there for the others too
+    ((), False, "compiled", NONE),              # not saved (JAX's cache served it): each compiles
 ])
 def test_process_0_gets_its_step_as_before_and_always_tells(entries, saves, want_how, word):
     cache, client = Cache(entries, saves), Client()
     assert run(0, cache, client)[1] == want_how
     assert cache.calls == [("load_or_compile", "k0")]
-    assert client.words == {word_key("k0"): word} and client.waited == []
+    assert client.words == {KEY: word} and client.waited == []
 
 
 def test_process_0_tells_none_when_its_compile_fails():
@@ -88,7 +92,7 @@ def test_process_0_tells_none_when_its_compile_fails():
 
     with pytest.raises(ValueError, match="XLA failed"):
         run(0, Cache(), client, fails)
-    assert client.words == {word_key("k0"): NONE}
+    assert client.words == {KEY: NONE}
 
 
 def test_process_0_that_cannot_tell_still_returns_its_step():
@@ -96,25 +100,39 @@ def test_process_0_that_cannot_tell_still_returns_its_step():
 
 
 @pytest.mark.parametrize("word,entries,damaged,fail_get,want,calls", [
-    # Process 0's entry: loaded, nothing compiled here, nothing saved under this process's key.
-    (ENTRY, {"k0"}, (), False, ("step@k0", "loaded"), [("load", "k0")]),
+    # Process 0's entry, by the key it says: loaded, nothing compiled or saved here.
+    (f"{ENTRY} k0", {"k0"}, (), False, ("step@k0", "loaded"), [("load", "k0")]),
     # Process 0 saved nothing: this process's own way (its own entry, else a compile).
     (NONE, set(), (), False, ("compiled-here", "compiled"), [("load_or_compile", "k1")]),
     (NONE, {"k1"}, (), False, ("step@k1", "loaded"), [("load_or_compile", "k1")]),
     # Said to be there but unreadable here: its own way.
-    (ENTRY, {"k0"}, {"k0"}, False, ("compiled-here", "compiled"),
+    (f"{ENTRY} k0", {"k0"}, {"k0"}, False, ("compiled-here", "compiled"),
      [("load", "k0"), ("load_or_compile", "k1")]),
+    # A word without a key is no entry.
+    (ENTRY, {"k0"}, (), False, ("compiled-here", "compiled"), [("load_or_compile", "k1")]),
     # No word in time (or the service failed): its own way.
     (None, {"k0"}, (), True, ("compiled-here", "compiled"), [("load_or_compile", "k1")]),
 ])
 def test_another_process_takes_process_0s_step_where_there_is_one(word, entries, damaged,
                                                                    fail_get, want, calls):
     cache = Cache(entries, damaged=damaged)
-    client = Client({word_key("k0"): word} if word else {}, fail_get=fail_get)
+    client = Client({KEY: word} if word else {}, fail_get=fail_get)
     assert run(1, cache, client) == want
     assert cache.calls == calls
-    assert client.waited == [(word_key("k0"), 2000)]
-    assert word_key("k0") not in client.words or client.words[word_key("k0")] == word
+    assert client.waited == [(KEY, 2000)]
+    assert KEY not in client.words or client.words[KEY] == word
+
+
+def test_each_step_compile_of_a_run_has_a_word_of_its_own():
+    # Counted alike on every process; a word once set is never set again.
+    client = Client()
+    first = step_of_process_0(Cache(), client, process_index=0, own_key="a",
+                              compile_fn=lambda: "s", cache_hits=lambda: 0)
+    second = step_of_process_0(Cache(), client, process_index=0, own_key="b",
+                               compile_fn=lambda: "s", cache_hits=lambda: 0)
+    assert first == second == ("s", "compiled")
+    [one, two] = sorted(client.words)
+    assert one != two and sorted(client.words.values()) == [f"{ENTRY} a", f"{ENTRY} b"]
 
 
 def test_the_wait_covers_a_long_compile():

@@ -60,9 +60,8 @@ def step_key(config: dict[str, Any], *, source: str, versions: dict[str, str],
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def current_key(config: dict[str, Any], process_index: int | None = None) -> str:
-    """step_key for this process (or process `process_index` of the job), its devices and its
-    environment."""
+def current_key(config: dict[str, Any]) -> str:
+    """step_key for this process, its devices and its environment."""
     import flax
     import jaxlib
     import optax
@@ -71,8 +70,7 @@ def current_key(config: dict[str, Any], process_index: int | None = None) -> str
     return step_key(config, source=source_digest(),
                     versions={"jax": jax.__version__, "jaxlib": jaxlib.__version__,
                               "flax": flax.__version__, "optax": optax.__version__},
-                    devices=devices,
-                    process_index=jax.process_index() if process_index is None else process_index,
+                    devices=devices, process_index=jax.process_index(),
                     env={k: os.environ.get(k, "") for k in _ENV})
 
 

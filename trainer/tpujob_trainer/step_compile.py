@@ -120,8 +120,7 @@ def start_step_compile(cfg: TrainerConfig, fns: Any, abstract_batch: dict[str, A
         client = coordination_client()
         if shares(platform, jax.process_count()) and client is not None:
             return step_of_process_0(
-                cache, client, process_index=jax.process_index(),
-                own_key=executable_key(config), key_of_0=executable_key(config, process_index=0),
+                cache, client, process_index=jax.process_index(), own_key=executable_key(config),
                 compile_fn=compile_fn, cache_hits=cache_hits)
         return cache.load_or_compile(executable_key(config), compile_fn, cache_hits)
 

@@ -15,6 +15,7 @@ On an accelerator each host has its own CPUs and compiles its own step: nothing 
 
 from __future__ import annotations
 
+import itertools
 import logging
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -51,36 +52,45 @@ def shares(platform: str, process_count: int) -> bool:
     return platform == "cpu" and process_count > 1
 
 
-def word_key(key: str) -> str:
-    """The coordination-service key under which process 0 tells of the entry `key`."""
-    return f"tpujob/step-executable/{key}"
+def word_key(n: int) -> str:
+    """The coordination-service key of the `n`-th step compiled in this run (the same count on
+    every process: each runs the same code). Not the entry's key: that is made from the
+    process's own config, which may differ between processes in a local path."""
+    return f"tpujob/step-executable/{n}"
+
+
+_compiles = itertools.count()
 
 
 def step_of_process_0(cache: StepCache, client: Coordination, *, process_index: int,
-                      own_key: str, key_of_0: str, compile_fn: Callable[[], Any],
-                      cache_hits: Callable[[], int], wait_s: float = WAIT_S) -> tuple[Any, str]:
-    """(compiled step, "loaded" | "compiled"): process 0's own way, then its word to the others;
-    the others' step from process 0's entry where it says there is one, else their own way."""
+                      own_key: str, compile_fn: Callable[[], Any],
+                      cache_hits: Callable[[], int], wait_s: float = WAIT_S,
+                      n: int | None = None) -> tuple[Any, str]:
+    """(compiled step, "loaded" | "compiled"): process 0's own way, then its word to the others
+    (`entry <its key>` or `none`); the others' step from process 0's entry where it says there
+    is one, else their own way. `n`: which step compile of the run this is (default: the next)."""
+    key = word_key(next(_compiles) if n is None else n)
     if process_index == 0:
         word = NONE
         try:
-            compiled, how = cache.load_or_compile(key_of_0, compile_fn, cache_hits)
-            if how == "loaded" or cache.exists(key_of_0):
-                word = ENTRY
+            compiled, how = cache.load_or_compile(own_key, compile_fn, cache_hits)
+            if how == "loaded" or cache.exists(own_key):
+                word = f"{ENTRY} {own_key}"
             return compiled, how
         finally:
             try:
-                client.key_value_set(word_key(key_of_0), word)
+                client.key_value_set(key, word)
             except Exception as e:  # the others wait out WAIT_S, then compile their own
                 log.warning("could not tell the other processes of the compiled step (%s: %s)",
                             type(e).__name__, str(e)[:300])
     try:
-        word = client.blocking_key_value_get(word_key(key_of_0), int(wait_s * 1000))
+        word = client.blocking_key_value_get(key, int(wait_s * 1000))
     except Exception as e:
         log.warning("no word of process 0's compiled step (%s: %s); compiling this process's",
                     type(e).__name__, str(e)[:300])
         word = NONE
-    if word == ENTRY:
+    said, _, key_of_0 = word.partition(" ")
+    if said == ENTRY and key_of_0:
         loaded = cache.load(key_of_0)
         if loaded is not None:
             return loaded, "loaded"
