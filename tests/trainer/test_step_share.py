@@ -62,7 +62,8 @@ KEY = word_key(7)
 def run(process_index, cache, client, compile_fn=lambda: "compiled-here"):
     # Each process's entry key is its own (its config may name a path of its own): process 1's
     # is k1, never computed as process 0's.
-    return step_of_process_0(cache, client, process_index=process_index, own_key=f"k{process_index}",
+    return step_of_process_0(cache, client, process_index=process_index,
+                             own_key=f"k{process_index}",
                              compile_fn=compile_fn, cache_hits=lambda: 0, wait_s=2.0, n=7)
 
 

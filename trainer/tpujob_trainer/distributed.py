@@ -126,7 +126,6 @@ def coordination_client():
     return jax_distributed.global_state.client
 
 
-
 def announce_failure(reason: Reason, message: str) -> None:
     """Tell the other processes that this one is failing (best effort, never raises)."""
     _stopping.set()

@@ -8,7 +8,8 @@ the step is built from (Flax, Optax: an image with a newer one compiles again), 
 kind, process) and this process's index, and the XLA flags in the environment. Anything else
 misses and compiles as before. Each process keeps its own entry, except where the job's
 processes share one machine (JAX on CPU), where process 0's serves them all (`step_share.py`:
-the program and the devices it names are the job's). An entry that cannot be read or loaded is compiled again with a warning.
+the program and the devices it names are the job's). An entry that cannot be read or loaded is
+compiled again with a warning.
 Only a step that XLA compiled is saved, never one JAX's cache served (`load_or_compile`).
 
 An entry is a pickle (the serialized executable and its argument trees) read from the job's own

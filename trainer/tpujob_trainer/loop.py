@@ -341,7 +341,6 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
             wandb_run.finish()
 
 
-
 def _run_steps(ctx: StepContext, state: Any, step: int) -> Outcome:
     """Train from `state` at `step` until `train.steps`, a stop request, the data's end or a
     failure; the run's outcome."""

@@ -14,9 +14,9 @@ and 17.9 s in turn, so there the step compiles after the init, as before.
 
 The compile loads the step whole from the job's executable cache when it can
 (`executable_cache.py`); where the job's processes share one machine's CPUs (JAX on CPU) they
-take process 0's (`step_share.py`). Whether JAX's persistent cache served it is told from the lookups of
-this thread only (`compile_cache.hits_in_this_thread`): the init compiling beside it must not
-count. Nothing here runs a computation or a collective, so the main thread's collectives keep
+take process 0's (`step_share.py`). Whether JAX's persistent cache served it is told from the
+lookups of this thread only (`compile_cache.hits_in_this_thread`): the init compiling beside
+it must not count. Nothing here runs a computation or a collective, so the main thread's collectives keep
 their order on every process.
 """
 
