@@ -16,8 +16,9 @@ The compile loads the step whole from the job's executable cache when it can
 (`executable_cache.py`); where the job's processes share one machine's CPUs (JAX on CPU) they
 take process 0's (`step_share.py`). Whether JAX's persistent cache served it is told from the
 lookups of this thread only (`compile_cache.hits_in_this_thread`): the init compiling beside
-it must not count. Nothing here runs a computation or a collective, so the main thread's collectives keep
-their order on every process.
+it must not count. Nothing here runs a computation or a collective (process 0's word to the
+others goes through the coordination service's key-value store), so the main thread's
+collectives keep their order on every process.
 """
 
 from __future__ import annotations
