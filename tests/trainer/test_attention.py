@@ -106,12 +106,15 @@ def test_target_platform_is_the_meshs():
         sh._active_mesh = previous
 
 
-@pytest.mark.parametrize("platform,want", [("cpu", jnp.float32), ("tpu", jnp.bfloat16),
-                                           ("gpu", jnp.bfloat16)])
-def test_matmul_result_dtype_by_platform(monkeypatch, platform, want):
+@pytest.mark.parametrize("platform,bf16_instructions,want", [
+    ("cpu", True, jnp.float32), ("cpu", False, jnp.bfloat16),
+    ("tpu", False, jnp.bfloat16), ("tpu", True, jnp.bfloat16),
+    ("gpu", True, jnp.bfloat16)])
+def test_matmul_result_dtype_by_platform(monkeypatch, platform, bf16_instructions, want):
     from tpujob_trainer.models import layers
 
     monkeypatch.setattr(layers, "target_platform", lambda: platform)
+    monkeypatch.setattr(layers, "bf16_matmul_here", lambda: bf16_instructions)
     x = jnp.ones((2, 3, 8), jnp.bfloat16)
     w = jnp.ones((8, 4), jnp.bfloat16)
     out = layers.dot("bld,df->blf", x, w)

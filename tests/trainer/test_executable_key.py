@@ -39,6 +39,15 @@ def test_the_environment_and_the_source_change_the_key(monkeypatch, change):
     assert current_key(CONFIG) != before
 
 
+def test_another_cpu_kind_changes_the_key_on_cpu(monkeypatch):
+    assert jax.devices()[0].platform == "cpu"
+    monkeypatch.setattr(executable_cache, "this_cpu_flags", lambda: frozenset({"avx2", "fma"}))
+    avx2 = current_key(CONFIG)
+    monkeypatch.setattr(executable_cache, "this_cpu_flags",
+                        lambda: frozenset({"avx2", "fma", "avx512_bf16"}))
+    assert current_key(CONFIG) != avx2
+
+
 def test_another_config_changes_the_key():
     assert current_key({**CONFIG, "train": {"steps": 11}}) != current_key(CONFIG)
 

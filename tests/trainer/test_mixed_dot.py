@@ -1,7 +1,9 @@
-"""The model's matmul (`layers.dot`): bf16 operands, float32 accumulation and result, and a
-backward pass whose matmuls take bf16 operands too. Checked against autodiff of the float32
-einsum, and on the compiled bf16 train step's HLO (XLA:CPU widens a matmul with a 16-bit result
-to float32 whole, so a projection written as a plain bf16 einsum shows up there as f32 x f32)."""
+"""The model's matmul (`layers.dot`) on a CPU with bf16 dot-product instructions: bf16
+operands, float32 accumulation and result, and a backward pass whose matmuls take bf16 operands
+too. Checked against autodiff of the float32 einsum, and on the compiled bf16 train step's HLO
+(XLA:CPU widens a matmul with a 16-bit result to float32 whole, so a projection written as a
+plain bf16 einsum shows up there as f32 x f32). On a CPU without them: the plain einsum.
+Which CPU this is is set here, so the tests ask the same of every machine."""
 
 from __future__ import annotations
 
@@ -15,11 +17,16 @@ from flax import nnx
 
 from tests.trainer.helpers import TINY_MODEL
 from tpujob_trainer.config import ModelConfig
-from tpujob_trainer.models import Decoder
+from tpujob_trainer.models import Decoder, layers
 from tpujob_trainer.models.layers import dot
 from tpujob_trainer.step import loss_fn
 
 pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(autouse=True)
+def cpu_with_bf16_matmul(monkeypatch):
+    monkeypatch.setattr(layers, "bf16_matmul_here", lambda: True)
 
 EQUATIONS = [  # (equation, x shape, w shape): the model's projections, its head, an expert batch
     ("bld,dnh->blnh", (2, 8, 16), (16, 4, 8)),
@@ -64,6 +71,19 @@ def test_float32_operands_take_the_plain_einsum(eq, xs, ws):
     jaxpr = str(jax.make_jaxpr(jax.grad(lambda a, b: dot(eq, a, b).sum()))(x, w))
     assert "custom_vjp" not in jaxpr
     np.testing.assert_array_equal(np.asarray(dot(eq, x, w)), np.asarray(jnp.einsum(eq, x, w)))
+
+
+@pytest.mark.parametrize("eq, xs, ws", EQUATIONS[:2])
+def test_without_bf16_instructions_a_bf16_matmul_is_the_plain_einsum(monkeypatch, eq, xs, ws):
+    monkeypatch.setattr(layers, "bf16_matmul_here", lambda: False)
+    x, w, _ = _operands(xs, ws)
+    xb, wb = x.astype(jnp.bfloat16), w.astype(jnp.bfloat16)
+    jaxpr = str(jax.make_jaxpr(jax.grad(lambda a, b: dot(eq, a, b).astype(jnp.float32).sum()))(
+        xb, wb))
+    assert "custom_vjp" not in jaxpr
+    assert dot(eq, xb, wb).dtype == jnp.bfloat16
+    np.testing.assert_array_equal(np.asarray(dot(eq, xb, wb), np.float32),
+                                  np.asarray(jnp.einsum(eq, xb, wb), np.float32))
 
 
 def _dots(hlo: str) -> list[tuple[list[str], str]]:

@@ -5,7 +5,8 @@ compile (JAX's own cache skips only the compile: it looks a program up after low
 An entry is keyed by everything the compiled step depends on: the whole trainer config, a digest
 of the trainer's and the planner's source files, the versions of JAX, jaxlib and the libraries
 the step is built from (Flax, Optax: an image with a newer one compiles again), the devices (id,
-kind, process) and this process's index, and the XLA flags in the environment. Anything else
+kind, process) and this process's index, the XLA flags in the environment, and on CPU the CPU's
+feature flags (an entry compiled on one CPU kind is not loaded on another). Anything else
 misses and compiles as before. Each process keeps its own entry, except where the job's
 processes share one machine (JAX on CPU), where process 0's serves them all (`step_share.py`:
 the program and the devices it names are the job's). An entry that cannot be read or loaded is
@@ -25,12 +26,14 @@ import logging
 import os
 import pickle
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
 import fsspec
 import jax
+
+from tpujob_trainer.cpu import this_cpu_flags
 
 log = logging.getLogger(__name__)
 
@@ -54,10 +57,13 @@ def source_digest() -> str:
 
 
 def step_key(config: dict[str, Any], *, source: str, versions: dict[str, str],
-             devices: list[dict[str, Any]], process_index: int, env: dict[str, str]) -> str:
-    """The entry's name: a digest of everything the compiled step depends on (pure)."""
+             devices: list[dict[str, Any]], process_index: int, env: dict[str, str],
+             cpu_flags: Iterable[str] = ()) -> str:
+    """The entry's name: a digest of everything the compiled step depends on (pure).
+    `cpu_flags`: the CPU's features where the step runs on it (XLA:CPU compiles for them, and
+    the model's matmuls take their form from them: `cpu.py`)."""
     doc = {"config": config, "source": source, "versions": versions, "devices": devices,
-           "process_index": process_index, "env": env}
+           "process_index": process_index, "env": env, "cpu": sorted(cpu_flags)}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
@@ -68,11 +74,13 @@ def current_key(config: dict[str, Any]) -> str:
     import optax
     devices = [{"id": d.id, "platform": d.platform, "kind": d.device_kind,
                 "process": d.process_index} for d in jax.devices()]
+    on_cpu = any(d["platform"] == "cpu" for d in devices)
     return step_key(config, source=source_digest(),
                     versions={"jax": jax.__version__, "jaxlib": jaxlib.__version__,
                               "flax": flax.__version__, "optax": optax.__version__},
                     devices=devices, process_index=jax.process_index(),
-                    env={k: os.environ.get(k, "") for k in _ENV})
+                    env={k: os.environ.get(k, "") for k in _ENV},
+                    cpu_flags=this_cpu_flags() if on_cpu else ())
 
 
 class ExecutableCache:

@@ -13,13 +13,14 @@ import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from tpujob_trainer.cpu import bf16_matmul_here
 from tpujob_trainer.models.attention import attention
 from tpujob_trainer.models.mlp_chunked import chunks_for, mlp_chunked
 from tpujob_trainer.sharding import shard, target_platform
 
 # The platforms whose matrix units accumulate a 16-bit matmul in float32 and round once (TPU
-# MXU, GPU tensor cores): there matmuls return the compute dtype. Elsewhere (XLA:CPU) they
-# return float32.
+# MXU, GPU tensor cores): there matmuls return the compute dtype. On XLA:CPU they return float32
+# where the CPU has bf16 dot-product instructions (`cpu.bf16_matmul_here`).
 ACCELERATORS = ("tpu", "gpu")
 
 
@@ -28,15 +29,19 @@ def dot(eq: str, x: jax.Array, w: jax.Array) -> jax.Array:
     and differentiated the same way: the backward matmuls take the output's gradient in the
     operands' dtype and accumulate in float32. Written out because autodiff would run them on the
     float32 gradient, and because XLA:CPU has no matmul with a 16-bit result: it widens such a
-    matmul to float32 whole. So every matmul of a bf16 model is bf16 x bf16 -> float32, forward
-    and back. With float32 operands: the plain einsum.
+    matmul to float32 whole. So on a CPU with bf16 dot-product instructions (`avx512_bf16`,
+    `amx_bf16`), which run bf16 x bf16 -> float32 natively, every matmul of a bf16 model takes
+    that form, forward and back. On a CPU without them both forms end in a float32 matmul, and
+    the plain einsum, whose bf16 result moves half the bytes, is the faster (`cpu.py` has the
+    figures). With float32 operands: the plain einsum.
 
     Compiled for a TPU or a GPU, the plain einsum in the operands' dtype: the MXU and the tensor
     cores accumulate in float32 and round once at the end whatever the result type, so a float32
     result there only doubles the bytes every activation and its gradient move (measured with
     the TPU compiler on a v6e-8: benchmarks/tpu_compile.py; on an H200, with the MLP below, 8%
     less time a step and half the GPU memory in use: benchmarks/gpu_vs_maxtext.py)."""
-    if (x.dtype == jnp.float32 and w.dtype == jnp.float32) or target_platform() in ACCELERATORS:
+    if ((x.dtype == jnp.float32 and w.dtype == jnp.float32) or target_platform() in ACCELERATORS
+            or not bf16_matmul_here()):
         return jnp.einsum(eq, x, w)
     return _mixed_dot(eq, x, w)
 
