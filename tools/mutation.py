@@ -291,6 +291,9 @@ MODULES: dict[str, list[str]] = {
     # Its key here; its load and save run in tests/trainer/test_compile_cache.py (whole
     # trainer starts: minutes a mutant).
     "trainer/tpujob_trainer/executable_cache.py": ["tests/trainer/test_executable_key.py"],
+    # The CPU's flags and whether it multiplies bf16 natively; the matmul form they pick is
+    # checked where it is used (layers.py's row).
+    "trainer/tpujob_trainer/cpu.py": ["tests/trainer/test_cpu.py"],
     # Compiling for a TPU: the pure parts and the kernel choice first, then the real compiler.
     "trainer/tpujob_trainer/models/attention.py": ["tests/trainer/test_attention.py",
                                                    "tests/trainer/test_aot.py"],
