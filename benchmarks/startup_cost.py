@@ -281,8 +281,10 @@ def main() -> None:
 
 def report(results, arms, process_counts, loads) -> None:
     import platform
-    flags = Path("/proc/cpuinfo").read_text() if Path("/proc/cpuinfo").exists() else ""
-    isa = sorted({f for f in flags.split() if f.startswith(("avx512f", "amx"))})
+
+    from tpujob_trainer.cpu import this_cpu_flags
+
+    isa = sorted(f for f in this_cpu_flags() if f.startswith(("avx512f", "amx")))
     print(f"machine: {os.cpu_count()} cores, {platform.machine()} "
           f"({', '.join(isa) or 'no AVX-512/AMX'}), Python {platform.python_version()}; "
           f"load average (1/5/15 min) before {'/'.join(f'{x:.1f}' for x in loads[0])}, "

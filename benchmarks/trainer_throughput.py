@@ -237,20 +237,25 @@ FLAGS_OF_INTEREST = ("avx", "avx2", "fma", "avx512f", "avx512_bf16", "amx_tile",
 
 
 def cpu_kind() -> str:
-    """The CPU's model name, how many CPUs this process sees, and which FLAGS_OF_INTEREST it has."""
-    model, flags = platform.processor() or platform.machine(), set()
+    """The CPU's model name, how many CPUs this process sees, which FLAGS_OF_INTEREST it has and
+    the form the trainer's bf16 matmuls take on it (`tpujob_trainer.cpu`)."""
+    from tpujob_trainer.cpu import has_bf16_matmul, this_cpu_flags
+
+    model = platform.processor() or platform.machine()
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
             key, _, value = line.partition(":")
             if key.strip() == "model name":
                 model = value.strip()
-            elif key.strip() == "flags":
-                flags = set(value.split())
+                break
     except OSError:
         pass
+    flags = this_cpu_flags()
     have = [f for f in FLAGS_OF_INTEREST if f in flags]
+    form = "float32 result" if has_bf16_matmul(flags) else "bf16 result"
     return (f"{model} ({os.cpu_count()} CPUs; flags: "
-            f"{' '.join(have) or 'none of ' + ', '.join(FLAGS_OF_INTEREST)})")
+            f"{' '.join(have) or 'none of ' + ', '.join(FLAGS_OF_INTEREST)}; "
+            f"the trainer's bf16 matmuls: {form})")
 
 
 def machine() -> str:
