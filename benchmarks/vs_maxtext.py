@@ -437,6 +437,12 @@ def report(args, results: dict, work: dict, peaks: list[dict], command: str) -> 
     return "\n".join(lines) + "\n"
 
 
+def _shown(path: Path) -> str:
+    """A path as the command line would name it: relative to the repository when inside it."""
+    path = path.resolve()
+    return str(path.relative_to(REPO)) if path.is_relative_to(REPO) else str(path)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--rounds", type=int, default=3)
@@ -485,8 +491,7 @@ def main() -> None:
          *(f" --config {n}" for n in args.config or []),
          " --no-equal-work" if args.no_equal_work else "",
          f" --xla-max-isa {args.xla_max_isa}" if args.xla_max_isa else "",
-         f" --out {args.out.resolve().relative_to(REPO)}" if args.out.resolve() != RESULTS
-         else "", " --write"])
+         f" --out {_shown(args.out)}" if args.out.resolve() != RESULTS else "", " --write"])
     text = report(args, results, work, peaks, command)
     if args.write:
         args.out.write_text(text)
