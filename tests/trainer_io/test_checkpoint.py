@@ -151,6 +151,31 @@ def test_incomplete_latest_is_skipped(tmp_path, caplog):
     ckpt.close()
 
 
+@pytest.mark.integration
+def test_saves_past_every_folder_there_at_the_first_save_look_for_no_leftover(tmp_path,
+                                                                              monkeypatch):
+    d = tmp_path / "ckpt"
+    (d / "5" / "state").mkdir(parents=True)   # a save of an earlier start that died
+    ckpt = Checkpointer(CheckpointConfig(every=1, keep=3), str(d))
+    looked, real = [], ckpt._dirs.fs.exists
+
+    def exists(path, **kw):
+        name = str(path).rstrip("/").rsplit("/", 1)[-1]
+        if name.isdigit():
+            looked.append(int(name))
+        return real(path, **kw)
+
+    monkeypatch.setattr(ckpt._dirs.fs, "exists", exists)
+    for s in range(2, 9):
+        assert ckpt.save(s, make_state(s), {"step": s})
+    ckpt.wait()
+    # steps up to the leftover are looked for (5 found and replaced); none past it
+    assert looked == [2, 3, 4, 5]
+    assert ckpt.complete_steps() == [6, 7, 8]
+    assert_state(ckpt.restore(abstract(make_state(0)), step=8)[0], 8)
+    ckpt.close()
+
+
 @pytest.fixture
 def no_read_pauses(monkeypatch):
     monkeypatch.setattr(checkpointer_module, "READ_RETRY_DELAYS_S", (0.0, 0.0))

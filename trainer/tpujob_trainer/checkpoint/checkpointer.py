@@ -114,6 +114,9 @@ class Checkpointer:
         # The newest save known complete on storage (an async save only once its background
         # part finished): what a restart can resume from, unlike a save just started.
         self.committed_step: int | None = None
+        # The newest `<directory>/<step>` folder when this run first saved (-1: none): no
+        # folder left by an earlier start can collide with a save past it.
+        self._newest_folder_at_first_save: int | None = None
         _array_handler_for_saves()
         options = ocp.CheckpointManagerOptions(
             max_to_keep=cfg.keep, save_interval_steps=1 if cfg.enabled else 0, create=cfg.enabled,
@@ -312,7 +315,19 @@ class Checkpointer:
             self.committed_step = p.step
 
     def _clear_leftover(self, step: int) -> None:
-        """A folder for `step` left by an interrupted save would collide with the new one."""
+        """A folder for `step` left by an interrupted save would collide with the new one.
+
+        Such a folder comes from an earlier start (a save that fails here ends the run), so
+        storage is listed once, at the first save, and only steps up to the newest folder found
+        then are looked for again: a save past it costs no listing and no agreement."""
+        if self._newest_folder_at_first_save is None:
+            newest = -1
+            if jax.process_index() == 0:
+                steps = self._dirs.all_steps()
+                newest = steps[-1] if steps else -1
+            self._newest_folder_at_first_save = broadcast_int(newest)
+        if step > self._newest_folder_at_first_save:
+            return
         d = f"{self._dirs.root}/{step}"
         exists = 0
         if jax.process_index() == 0:
