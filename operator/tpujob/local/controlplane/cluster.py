@@ -255,6 +255,8 @@ class RealControlPlane:
             except ApiError as err:
                 if err.status not in (404, 429):
                     raise
+            except requests.ConnectionError:
+                pass  # the API server closed the connection (seen while a new CRD is taken up)
             if time.monotonic() > deadline:
                 raise ComponentError(f"{resource.plural}.{resource.group} not served after "
                                      f"{START_TIMEOUT_S:.0f} s")
