@@ -249,6 +249,9 @@ MODULES: dict[str, list[str]] = {
         "tests/controlplane/test_components_unit.py"],
     "operator/tpujob/local/controlplane/kueue_setup.py": [
         "tests/controlplane/test_kueue_setup_unit.py"],
+    # Only the wait for a served resource has a fast test; the rest starts real binaries
+    # (tests/faults, tests/e2e on the real plane).
+    "operator/tpujob/local/controlplane/cluster.py": ["tests/controlplane/test_served_unit.py"],
     "operator/tpujob/local/apiserver/selectors.py": ["tests/apiserver/test_selectors_unit.py",
                                                      "tests/apiserver/test_answers_unit.py"],
     "operator/tpujob/local/apiserver/resources.py": ["tests/apiserver/test_answers_unit.py",
