@@ -48,6 +48,11 @@ def test_another_cpu_kind_changes_the_key_on_cpu(monkeypatch):
     assert current_key(CONFIG) != avx2
 
 
+def test_the_initial_state_and_the_step_have_keys_of_their_own():
+    # Both are saved under one job's cache: one must never be loaded for the other.
+    assert current_key(CONFIG, "init") != current_key(CONFIG, "step") == current_key(CONFIG)
+
+
 def test_another_config_changes_the_key():
     assert current_key({**CONFIG, "train": {"steps": 11}}) != current_key(CONFIG)
 

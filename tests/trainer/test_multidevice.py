@@ -46,26 +46,33 @@ def test_two_processes_train_and_checkpoint(tmp_path, storage, request):
     assert StepDirs(f"{out}/checkpoints").complete_steps() == [4, 6]
 
 
-def test_the_processes_of_a_job_on_one_machine_compile_its_step_once(tmp_path, monkeypatch):
-    """Process 1 takes the step process 0 compiled and saved (step_share.py): one entry in the
-    job's executable cache, not one per process, and the same losses as two processes that
-    each compile their own (the executable cache off); a restart loads it on both."""
+def test_the_processes_of_a_job_on_one_machine_compile_each_program_once(tmp_path, monkeypatch):
+    """Process 1 takes the step process 0 compiled and saved, and process 0 the initial state
+    process 1 compiled and saved (step_share.py): one entry of each in the job's executable
+    cache, not one per process, and the same losses as two processes that each compile their
+    own (the executable cache off); a restart loads the step on both."""
     monkeypatch.delenv("JAX_COMPILATION_CACHE_DIR", raising=False)  # the cache under the output
     args = [*ARGS, MESH, "checkpoint.enabled=false"]
     own = run_two_processes([*args, f"output={tmp_path}/own", "compile_cache.executables=false"],
                             tmp_path)
     assert [r[0] for r in own] == [0, 0], own[1][2][-2000:]
+    assert [e["init"] for e in parse_events(own[0][1]) if e.get("phase") == "after_init"] == ["jit"]
     for start in ("first", "restart"):
         shared = run_two_processes([*args, f"output={tmp_path}/shared"], tmp_path)
         assert [r[0] for r in shared] == [0, 0], shared[1][2][-2000:]
         events = parse_events(shared[0][1])
         [compiled] = [e for e in events if e["event"] == "compiled"]
         assert compiled["executable"] == ("compiled" if start == "first" else "loaded")
+        assert compiled["overlapped"] is True   # the step compiled beside process 1's init
+        # Without a checkpoint each start initializes: process 0 always loads process 1's.
+        [init] = [e for e in events if e.get("phase") == "after_init"]
+        assert init["init"] == "loaded"
         assert [e["loss"] for e in events if e["event"] == "step"] == \
             [e["loss"] for e in parse_events(own[0][1]) if e["event"] == "step"]
+        # Each process's entry has a key of its own: a process that compiled a program the
+        # other owns would have saved a third.
         entries = list((tmp_path / "shared" / "compile-cache" / "executables").glob("*.pkl"))
-        assert len(entries) == 1, entries
-        assert "compiled step saved" not in shared[1][2]   # process 1 saved nothing of its own
+        assert len(entries) == 2, entries
 
 
 @pytest.mark.slow

@@ -1,37 +1,50 @@
-"""Process 0's compiled step taken by the other processes of a job on one machine
-(`step_share.py`): what process 0 tells in every case, and what another process does with it.
-A fake cache and a fake coordination service stand in for storage and jax.distributed; the
-real ones are in test_multidevice.py's two-process run."""
+"""A program one process compiled taken by the other processes of a job on one machine
+(`step_share.py`): process 0's step and the last process's initial state, what the owner tells
+in every case, and what another process does with it. A fake cache and a fake coordination
+service stand in for storage and jax.distributed; the real ones are in test_multidevice.py's
+two-process run."""
 
 from __future__ import annotations
 
 import pytest
 
 from tpujob_trainer import step_share
-from tpujob_trainer.step_share import ENTRY, NONE, shares, step_of_process_0, word_key
+from tpujob_trainer.step_share import (
+    ENTRY,
+    INIT,
+    NONE,
+    STEP,
+    compiled_once,
+    owner_of,
+    shares,
+    word_key,
+)
 
 
 class Cache:
     """Entries by key; `load_or_compile` saves what it compiles unless `saves` is False."""
 
-    def __init__(self, entries=(), saves=True, damaged=()):
+    def __init__(self, entries=(), saves=True, damaged=(), what=STEP):
         self.entries, self.saves, self.damaged = set(entries), saves, set(damaged)
+        self.what = what
         self.calls: list[tuple[str, str]] = []
 
     def exists(self, key):
         return key in self.entries
 
-    def load(self, key):
+    def load(self, key, what="step"):
         self.calls.append(("load", key))
+        assert what == self.what
         if key in self.damaged:
             self.entries.discard(key)
             return None
-        return f"step@{key}" if key in self.entries else None
+        return f"{what}@{key}" if key in self.entries else None
 
-    def load_or_compile(self, key, compile_fn, cache_hits):
+    def load_or_compile(self, key, compile_fn, cache_hits, what="step"):
         self.calls.append(("load_or_compile", key))
+        assert what == self.what   # its log names the program
         if key in self.entries and key not in self.damaged:
-            return f"step@{key}", "loaded"
+            return f"{what}@{key}", "loaded"
         compiled = compile_fn()
         if self.saves:
             self.entries.add(key)
@@ -62,9 +75,15 @@ KEY = word_key(7)
 def run(process_index, cache, client, compile_fn=lambda: "compiled-here"):
     # Each process's entry key is its own (its config may name a path of its own): process 1's
     # is k1, never computed as process 0's.
-    return step_of_process_0(cache, client, process_index=process_index,
-                             own_key=f"k{process_index}",
-                             compile_fn=compile_fn, cache_hits=lambda: 0, wait_s=2.0, n=7)
+    return compiled_once(cache, client, process_index=process_index, own_key=f"k{process_index}",
+                         compile_fn=compile_fn, cache_hits=lambda: 0, wait_s=2.0, n=7)
+
+
+@pytest.mark.parametrize("program,processes,owner", [
+    (STEP, 1, 0), (STEP, 2, 0), (STEP, 8, 0), (INIT, 1, 0), (INIT, 2, 1), (INIT, 8, 7)])
+def test_the_step_and_the_initial_state_have_different_owners(program, processes, owner):
+    # Two processes on two cores compile the two programs at once, not both of them each.
+    assert owner_of(program, processes) == owner
 
 
 @pytest.mark.parametrize("platform,processes,want", [
@@ -127,13 +146,29 @@ def test_another_process_takes_process_0s_step_where_there_is_one(word, entries,
 def test_each_step_compile_of_a_run_has_a_word_of_its_own():
     # Counted alike on every process; a word once set is never set again.
     client = Client()
-    first = step_of_process_0(Cache(), client, process_index=0, own_key="a",
-                              compile_fn=lambda: "s", cache_hits=lambda: 0)
-    second = step_of_process_0(Cache(), client, process_index=0, own_key="b",
-                               compile_fn=lambda: "s", cache_hits=lambda: 0)
+    first = compiled_once(Cache(), client, process_index=0, own_key="a",
+                          compile_fn=lambda: "s", cache_hits=lambda: 0)
+    second = compiled_once(Cache(), client, process_index=0, own_key="b",
+                           compile_fn=lambda: "s", cache_hits=lambda: 0)
     assert first == second == ("s", "compiled")
     [one, two] = sorted(client.words)
     assert one != two and sorted(client.words.values()) == [f"{ENTRY} a", f"{ENTRY} b"]
+
+
+def test_the_last_process_tells_of_the_initial_state_under_a_word_of_its_own():
+    # Process 1 of 2 owns the initial state: it compiles and tells; process 0 loads its entry.
+    # The word is not the step's: process 0 waits for both at once (the step in a thread).
+    cache, client = Cache(what=INIT), Client()
+    owner = owner_of(INIT, 2)
+    mine = compiled_once(cache, client, process_index=1, own_key="k1", compile_fn=lambda: "init",
+                         cache_hits=lambda: 0, program=INIT, owner=owner, n=3)
+    assert mine == ("init", "compiled") and client.words == {word_key(3, INIT): f"{ENTRY} k1"}
+    assert word_key(3, INIT) != word_key(3, STEP)
+    theirs = compiled_once(cache, client, process_index=0, own_key="k0",
+                           compile_fn=lambda: pytest.fail("process 0 compiled the init"),
+                           cache_hits=lambda: 0, program=INIT, owner=owner, wait_s=2.0, n=3)
+    assert theirs == ("init@k1", "loaded")
+    assert client.waited == [(word_key(3, INIT), 2000)]
 
 
 def test_the_wait_covers_a_long_compile():

@@ -58,17 +58,19 @@ def source_digest() -> str:
 
 def step_key(config: dict[str, Any], *, source: str, versions: dict[str, str],
              devices: list[dict[str, Any]], process_index: int, env: dict[str, str],
-             cpu_flags: Iterable[str] = ()) -> str:
-    """The entry's name: a digest of everything the compiled step depends on (pure).
+             cpu_flags: Iterable[str] = (), program: str = "step") -> str:
+    """The entry's name: a digest of everything the compiled program depends on (pure).
     `cpu_flags`: the CPU's features where the step runs on it (XLA:CPU compiles for them, and
-    the model's matmuls take their form from them: `cpu.py`)."""
+    the model's matmuls take their form from them: `cpu.py`). `program`: which of the run's
+    programs ("step", or "init": the initial state)."""
     doc = {"config": config, "source": source, "versions": versions, "devices": devices,
-           "process_index": process_index, "env": env, "cpu": sorted(cpu_flags)}
+           "process_index": process_index, "env": env, "cpu": sorted(cpu_flags),
+           "program": program}
     return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()[:32]
 
 
-def current_key(config: dict[str, Any]) -> str:
-    """step_key for this process, its devices and its environment."""
+def current_key(config: dict[str, Any], program: str = "step") -> str:
+    """step_key of `program` for this process, its devices and its environment."""
     import flax
     import jaxlib
     import optax
@@ -80,7 +82,7 @@ def current_key(config: dict[str, Any]) -> str:
                               "flax": flax.__version__, "optax": optax.__version__},
                     devices=devices, process_index=jax.process_index(),
                     env={k: os.environ.get(k, "") for k in _ENV},
-                    cpu_flags=this_cpu_flags() if on_cpu else ())
+                    cpu_flags=this_cpu_flags() if on_cpu else (), program=program)
 
 
 class ExecutableCache:
@@ -100,8 +102,8 @@ class ExecutableCache:
         except Exception:  # storage trouble reads as absent
             return False
 
-    def load(self, key: str) -> Any | None:
-        """The step saved under `key`, or None: absent, or damaged or incompatible (then
+    def load(self, key: str, what: str = "step") -> Any | None:
+        """The program (`what`) saved under `key`, or None: absent, or damaged or incompatible (then
         removed, with a warning, so that it is compiled and saved again)."""
         from jax.experimental import serialize_executable
         path = self._path(key)
@@ -110,8 +112,8 @@ class ExecutableCache:
                 payload, in_tree, out_tree = pickle.loads(self.fs.cat_file(path))
                 return serialize_executable.deserialize_and_load(payload, in_tree, out_tree)
         except Exception as e:  # a damaged or incompatible entry: compile as if it were absent
-            log.warning("compiled step %s could not be loaded (%s: %s); removing it and "
-                        "compiling", path, type(e).__name__, str(e)[:300])
+            log.warning("compiled %s %s could not be loaded (%s: %s); removing it and "
+                        "compiling", what, path, type(e).__name__, str(e)[:300])
             try:
                 self.fs.rm(path)
             except Exception:  # another process removed it first, or storage trouble
@@ -119,8 +121,8 @@ class ExecutableCache:
         return None
 
     def load_or_compile(self, key: str, compile_fn: Callable[[], Any],
-                        cache_hits: Callable[[], int]) -> tuple[Any, str]:
-        """(compiled step, "loaded" | "compiled"): the saved executable, else compile_fn()'s,
+                        cache_hits: Callable[[], int], what: str = "step") -> tuple[Any, str]:
+        """(compiled program, "loaded" | "compiled"): the saved executable, else compile_fn()'s,
         which is then saved if XLA really compiled it (a failure to save is logged, never
         raised).
 
@@ -129,15 +131,15 @@ class ExecutableCache:
         gives one that loads but fails at its first run (`NOT_FOUND: Function <fusion> not
         found`), seen with jax 0.10.2."""
         from jax.experimental import serialize_executable
-        loaded = self.load(key)
+        loaded = self.load(key, what)
         if loaded is not None:
             return loaded, "loaded"
         path = self._path(key)
         hits = cache_hits()
         compiled = compile_fn()
         if cache_hits() != hits:
-            log.warning("the compiled step came from JAX's compilation cache, so it is not "
-                        "saved whole (only an executable XLA compiled is)")
+            log.warning("the compiled %s came from JAX's compilation cache, so it is not "
+                        "saved whole (only an executable XLA compiled is)", what)
             return compiled, "compiled"
         t0 = time.perf_counter()
         try:
@@ -150,9 +152,9 @@ class ExecutableCache:
                 with open(tmp, "wb") as f:
                     f.write(blob)
                 os.replace(tmp, path)
-            log.info("compiled step saved to %s (%d bytes, %.2fs)", path, len(blob),
+            log.info("compiled %s saved to %s (%d bytes, %.2fs)", what, path, len(blob),
                      time.perf_counter() - t0)
         except Exception as e:
-            log.warning("compiled step could not be saved to %s (%s: %s)", path,
+            log.warning("compiled %s could not be saved to %s (%s: %s)", what, path,
                         type(e).__name__, str(e)[:300])
         return compiled, "compiled"

@@ -34,7 +34,7 @@ from tpujob_trainer.mesh import build_mesh
 from tpujob_trainer.remat import device_generation, device_memory_bytes, resolve_remat
 from tpujob_trainer.sharding import activate
 from tpujob_trainer.step import step_program
-from tpujob_trainer.step_compile import start_step_compile
+from tpujob_trainer.step_compile import compile_init, start_step_compile
 from tpujob_trainer.telemetry.fault import StepFault
 from tpujob_trainer.telemetry.host_report import HostReporter
 from tpujob_trainer.telemetry.jsonlog import JsonLog
@@ -291,7 +291,9 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
                 log.emit("restore", step=step, tier=checkpointer.restored_tier)
                 memory("after_restore", step=step)
             else:
-                state = fns.init()
+                t0 = time.perf_counter()
+                init, init_how = compile_init(cfg, fns, cache_dir)
+                state = init()
                 step = 0
                 if cfg.checkpoint.init_params_from:
                     del state["params"]  # never hold two copies of the parameters
@@ -300,7 +302,7 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
                         step=cfg.checkpoint.init_params_step)
                     state["params"] = params
                     log.emit("init_params", source=cfg.checkpoint.init_params_from, step=from_step)
-                memory("after_init")
+                memory("after_init", init=init_how, init_s=round(time.perf_counter() - t0, 3))
                 timeline.charge_until_now("training_prep")
             timeline.resumed_from_step = step
 
