@@ -363,7 +363,6 @@ MODULES: dict[str, list[str]] = {
     # The fast fakes first (-x: a mutant they kill costs no training), then real training.
     "trainer/tpujob_trainer/step_compile.py": ["tests/trainer/test_step_compile.py"],
     "trainer/tpujob_trainer/step_share.py": ["tests/trainer/test_step_share.py"],
-    "trainer/tpujob_trainer/data/prefetch.py": ["tests/trainer_io/test_prefetch.py"],
     "trainer/tpujob_trainer/compile_cache.py": ["tests/trainer/test_step_compile.py"],
     "trainer/tpujob_trainer/loop.py": ["tests/trainer/test_loop_steps.py",
                                        "tests/trainer/test_host_report.py",

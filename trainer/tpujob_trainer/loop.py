@@ -28,7 +28,6 @@ from tpujob_trainer import compile_cache
 from tpujob_trainer.config.root import TrainerConfig
 from tpujob_trainer.contract import HostPhase
 from tpujob_trainer.data.errors import DataError, DataExhausted
-from tpujob_trainer.data.prefetch import Prefetched
 from tpujob_trainer.env import ProcessEnv
 from tpujob_trainer.exits import Reason, TrainerExit, on_ending
 from tpujob_trainer.mesh import build_mesh
@@ -266,11 +265,10 @@ def _train(cfg: TrainerConfig, penv: ProcessEnv, stop: StopSignal, log: JsonLog,
             tokens_sharding = abstract_batch["tokens"].sharding
             stop_sharding = abstract_batch["stop"].sharding
             try:
-                # The next batch is read in a thread while the device runs the step.
-                data = Prefetched(build_data_source(
+                data = build_data_source(
                     cfg.data, seq_len=L, global_batch=B, vocab_size=cfg.model.vocab_size,
                     process_index=jax.process_index(), process_count=jax.process_count(),
-                    seed=cfg.train.seed))
+                    seed=cfg.train.seed)
             except DataError as e:
                 raise TrainerExit(Reason.DATA_ERROR, str(e)) from e
             if cfg.checkpoint.enabled:
