@@ -73,7 +73,10 @@ def test_a_two_host_job_trains_to_completion(local, reference):
     assert goodput["attempts"] == 1 and goodput["lostSteps"] == 0
     assert goodput["current"]["step"] == TOTAL and goodput["notMeasured"] == []
     assert 0 < goodput["percent"] < 100 and goodput["productiveSeconds"] > 0
-    assert goodput["badput"]["programStartup"] > 0 and goodput["badput"]["tpuInitialization"] > 0
+    assert goodput["badput"]["trainingPrep"] > 0 and goodput["badput"]["tpuInitialization"] > 0
+    # The step compiles on process 0 while process 1 compiles the initial state (step_share.py):
+    # a step ready before the state costs no program startup of its own.
+    assert goodput["badput"]["programStartup"] >= 0
     parts = goodput["productiveSeconds"] + sum(goodput["badput"].values())
     assert parts == pytest.approx(goodput["wallSeconds"], abs=0.01)
     assert "Goodput" in reasons

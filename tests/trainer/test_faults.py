@@ -37,7 +37,10 @@ def test_storage_failing_mid_save_exits_42_and_the_rerun_resumes_from_the_last_g
         tmp_path, gcs, fault):
     out = gcs.fresh_prefix("save-fails")
     ckpts = f"{out}/checkpoints"
-    args = [*COMMON, "train.steps=1000000", "checkpoint.every=5", "checkpoint.save_timeout_s=3",
+    # The timeout must outlast a healthy save: one's background write to the emulated gs://
+    # takes ~3 s (tensorstore's OCDBT writes against the emulator), and with 3 s the first
+    # save, before any fault, timed out on a busy machine.
+    args = [*COMMON, "train.steps=1000000", "checkpoint.every=5", "checkpoint.save_timeout_s=15",
             f"output={out}"]
     with faulty_proxy(gcs.url) as storage:
         env = build_gcs_emulator_env(storage.url)
@@ -54,7 +57,7 @@ def test_storage_failing_mid_save_exits_42_and_the_rerun_resumes_from_the_last_g
         assert failed.returncode == 42, failed.stderr[-3000:]
         assert failed.termination["reason"] == "CheckpointError"
         message = failed.termination["message"]
-        assert f"checkpoint {ckpts}/" in message and "checkpoint.save_timeout_s=3s" in message
+        assert f"checkpoint {ckpts}/" in message and "checkpoint.save_timeout_s=15s" in message
         failed_step = int(message.split(f"checkpoint {ckpts}/")[1].split()[0])
         assert failed_step >= 10, message
         assert not failed.of("end")
