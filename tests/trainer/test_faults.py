@@ -37,9 +37,9 @@ def test_storage_failing_mid_save_exits_42_and_the_rerun_resumes_from_the_last_g
         tmp_path, gcs, fault):
     out = gcs.fresh_prefix("save-fails")
     ckpts = f"{out}/checkpoints"
-    # The timeout must outlast a healthy save: one's background write to the emulated gs://
-    # takes ~3 s (tensorstore's OCDBT writes against the emulator), and with 3 s the first
-    # save, before any fault, timed out on a busy machine.
+    # The timeout must outlast a healthy save on a busy machine: with 3 s the first save, before
+    # any fault, once timed out (its background write to the emulated gs:// then took ~3 s,
+    # waiting out curl's `Expect: 100-continue`, which the emulator now answers).
     args = [*COMMON, "train.steps=1000000", "checkpoint.every=5", "checkpoint.save_timeout_s=15",
             f"output={out}"]
     with faulty_proxy(gcs.url) as storage:
