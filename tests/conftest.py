@@ -30,5 +30,11 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:
     _cache.mkdir(parents=True, exist_ok=True)
     prune(_cache, int(os.environ.get("TPUJOB_TEST_JAX_CACHE_MAX_MIB", "2048")) << 20)
     os.environ["JAX_COMPILATION_CACHE_DIR"] = str(_cache)
+# Likewise the TPU compiler's answers (`tpujob_trainer.aot_cache`): a step compiled for a TPU
+# topology takes 30-80 s of CPU even for the tests' small models, and is read back in a second
+# by the later runs that lower the same program with the same compiler.
+# `TPUJOB_TPU_COMPILE_CACHE_DIR=$(mktemp -d)` compiles them all again.
+if "TPUJOB_TPU_COMPILE_CACHE_DIR" not in os.environ:
+    os.environ["TPUJOB_TPU_COMPILE_CACHE_DIR"] = str(cache_root() / "tests-tpu-compile")
 
 pytest_plugins = ["tests.support.gcs", "tests.support.ci_skips", "pytester"]

@@ -319,7 +319,9 @@ MODULES: dict[str, list[str]] = {
                                            "tests/trainer/test_aot.py",
                                            "tests/trainer/test_output_loss.py::test_auto_chunks_"
                                            "follow_the_generation_compiled_for"],
-    "trainer/tpujob_trainer/aot.py": ["tests/trainer/test_aot.py"],
+    "trainer/tpujob_trainer/aot.py": ["tests/trainer/test_aot_cache.py",
+                                      "tests/trainer/test_aot.py"],
+    "trainer/tpujob_trainer/aot_cache.py": ["tests/trainer/test_aot_cache.py"],
     "trainer/tpujob_trainer/step.py": ["tests/trainer/test_loss.py", "tests/trainer/test_model.py",
                                        "tests/trainer/test_output_loss.py"],
     # The output layer by vocabulary chunks: the count (also the HBM estimate's), the chunked

@@ -97,6 +97,47 @@ def test_plan_compile_prints_the_compilers_hbm_beside_the_estimate():
     assert j.returncode == 0, j.stderr[-2000:]
     compiled = json.loads(j.stdout)[0]["compiled"]
     assert compiled["device_kind"] == "TPU v6 lite" and compiled["hbm_bytes"] > 0
+    # The first command compiled this very step for this slice: the compiler's answer is kept.
+    assert compiled["cached"] is True
+
+
+@pytest.mark.parametrize("set_to", [None, "/elsewhere"])
+def test_plan_compile_keeps_the_compilers_answers_in_tpujobs_cache(monkeypatch, tmp_path,
+                                                                    set_to):
+    import tpujob.cli.plan_compile as pc
+    from tpujob_trainer import aot_cache
+
+    monkeypatch.setenv("TPUJOB_CACHE_DIR", str(tmp_path))
+    if set_to is None:
+        monkeypatch.delenv(aot_cache.ENV, raising=False)
+    else:
+        monkeypatch.setenv(aot_cache.ENV, set_to)
+    seen = {}
+
+    def run(cmd, env, **kw):
+        seen.update(env)
+        return subprocess.CompletedProcess(cmd, 0, stdout=json.dumps({"cached": True}), stderr="")
+
+    monkeypatch.setattr(pc.subprocess, "run", run)
+    request = _request("tiny", batch=8, seq=256)
+    assert pc.compile_one(plan_one("v6e-8", request), request, "tiny") == {"cached": True}
+    assert seen[aot_cache.ENV] == (set_to or str(tmp_path / "tpu-compile"))
+
+
+def test_an_answer_from_the_compile_cache_says_so():
+    class Memory:
+        usable_bytes = 100
+        per_device_bytes = 50
+
+    class Result:
+        memory = Memory()
+
+    figures = {"hbm_bytes": 50, "argument_bytes": 1, "temp_bytes": 2, "flops": 1e12,
+               "bytes_accessed": 1e9, "compile_s": 81.4, "optimal_seconds": None,
+               "cost_model_note": "invalid"}
+    assert compile_lines(Result(), figures)[1].endswith("compiled in 81 s")
+    assert compile_lines(Result(), {**figures, "cached": True})[1].endswith(
+        "compiled in 81 s (answered from the compile cache)")
 
 
 def test_plan_compile_needs_a_model():

@@ -89,6 +89,24 @@ def test_compiled_for_a_tpu_attention_is_the_splash_kernel(seq, splash):
     assert ("splash" in text) == splash
 
 
+def test_the_same_step_lowered_twice_in_one_process_is_one_program():
+    """A splash kernel kept from the first trace brought its mask tables into the second as
+    arrays from outside (arguments, not constants): another program, another cache key and
+    other figures from the compiler."""
+    from tpujob_trainer.mesh import build_mesh
+    from tpujob_trainer.sharding import activate
+    from tpujob_trainer.step import step_program
+
+    cfg = _cfg(train={"global_batch": 8, "seq_len": 256})
+    texts = []
+    for _ in range(2):
+        mesh, _ = build_mesh(cfg.mesh, devices=aot.topology_devices("v6e-8"))
+        with activate(mesh):
+            fns, batch = step_program(cfg, mesh, cfg.model)
+            texts.append(fns.step.lower(fns.abstract_state, batch).as_text())
+    assert "splash" in texts[0] and texts[0] == texts[1]
+
+
 @pytest.mark.parametrize("cost,want", [
     ({"optimal_seconds": 0.25}, (0.25, "valid")),
     ({"optimal_seconds": -42.0}, (None, "invalid")),

@@ -22,7 +22,10 @@ models on v6e and v5p, scanned or not), without saying why; see `cost_model_time
 Nothing compiled here goes into JAX's persistent compilation cache (`JAX_COMPILATION_CACHE_DIR`):
 an executable compiled without a TPU cannot be loaded back without one ("PjRtCompiler must be
 constructed with a Client"), so an entry would only cost a failed read and a warning on every
-later compile of the same program.
+later compile of the same program. What the compiler said of a program is kept instead, where
+`$TPUJOB_TPU_COMPILE_CACHE_DIR` names a folder (`tpujob_trainer.aot_cache`; `tpujob plan
+--compile` sets it): the same step compiled again for the same slice, by the same compiler with
+the same flags, is then answered from there (`cached: True`, with the first compile's time).
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from typing import Any
 
 from tpujob_plan.catalog import resolve_slice
 from tpujob_plan.errors import PlanError
+from tpujob_trainer import aot_cache
 from tpujob_trainer.config.root import ConfigError, TrainerConfig
 from tpujob_trainer.exits import TrainerExit
 from tpujob_trainer.mesh import build_mesh
@@ -120,6 +124,7 @@ class CompiledStep:
     optimal_seconds: float | None   # the cost model's time; None where it is invalid
     cost_model_note: str
     compile_s: float
+    cached: bool = False            # read from the TPU compile cache (`aot_cache`), not compiled now
 
     @property
     def hbm_bytes(self) -> int:
@@ -156,39 +161,64 @@ def _no_cache_writes():
 
 
 def compile_step(cfg: TrainerConfig, slice_name: str, slices: int = 1) -> CompiledStep:
-    """Compile the step for `slices` slices of `slice_name` and read the compiler's figures."""
+    """Compile the step for `slices` slices of `slice_name` and read the compiler's figures;
+    where `$TPUJOB_TPU_COMPILE_CACHE_DIR` names a folder, an earlier compile of the same program
+    for the same slice by the same compiler answers instead (`aot_cache`)."""
     devices = topology_devices(slice_name, slices)
     mesh, mesh_plan = build_mesh(cfg.mesh, num_slices=slices, devices=devices)
     remat = resolve_remat(cfg, mesh_plan.axes, device_memory_bytes(devices[0]),
                           device_generation(devices[0]))
     model_cfg = cfg.model.model_copy(update={"remat": remat})
+    shown = slice_name if slices == 1 else f"{slices} x {slice_name}"
     t0 = time.perf_counter()
     import jax
 
     with activate(mesh), _no_cache_writes():
         fns, batch = step_program(cfg, mesh, model_cfg)
         lowered = fns.step.lower(fns.abstract_state, batch)
-        try:
-            compiled = lowered.compile()
-        except jax.errors.JaxRuntimeError as e:
-            refused = refusal(slice_name if slices == 1 else f"{slices} x {slice_name}", str(e),
-                              remat)
-            if refused is None:
-                raise
-            raise refused from e
+        folder = aot_cache.directory()
+        name = aot_cache.current_key(lowered.as_text(), slice_name=slice_name, slices=slices,
+                                     device_kind=devices[0].device_kind,
+                                     config=jax.config) if folder else ""
+        entry = aot_cache.read(folder, name) if folder else None
+        if entry is None:
+            entry = _compile(lowered, shown, remat, t0)
+            if folder:
+                aot_cache.write(folder, name, **entry)
+            cached = False
+        else:
+            cached = True
+    if "refused" in entry:
+        refused = refusal(shown, entry["refused"], remat)
+        assert refused is not None
+        raise refused
+    return CompiledStep(slice=slice_name, slices=slices, devices=len(devices),
+                        device_kind=devices[0].device_kind, mesh=dict(mesh_plan.axes),
+                        remat=remat, **entry["result"], cached=cached)
+
+
+def _compile(lowered, shown: str, remat: str, t0: float) -> dict:
+    """{"result": the compiler's figures} or {"refused": its out-of-HBM message}; any other
+    compile error is raised."""
+    import jax
+
+    try:
+        compiled = lowered.compile()
+    except jax.errors.JaxRuntimeError as e:
+        if refusal(shown, str(e), remat) is None:
+            raise
+        return {"refused": str(e)}
     compile_s = time.perf_counter() - t0
     mem = compiled.memory_analysis()
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
     optimal, note = cost_model_time(cost)
-    return CompiledStep(
-        slice=slice_name, slices=slices, devices=len(devices), device_kind=devices[0].device_kind,
-        mesh=dict(mesh_plan.axes), remat=remat,
+    return {"result": dict(
         argument_bytes=mem.argument_size_in_bytes, output_bytes=mem.output_size_in_bytes,
         alias_bytes=mem.alias_size_in_bytes, temp_bytes=mem.temp_size_in_bytes,
         code_bytes=mem.generated_code_size_in_bytes,
         flops=float(cost.get("flops", 0.0)), bytes_accessed=float(cost.get("bytes accessed", 0.0)),
-        optimal_seconds=optimal, cost_model_note=note, compile_s=round(compile_s, 2))
+        optimal_seconds=optimal, cost_model_note=note, compile_s=round(compile_s, 2))}
 
 
 def main(argv: list[str] | None = None) -> int:

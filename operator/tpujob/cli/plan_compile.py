@@ -1,7 +1,9 @@
 """`tpujob plan --compile`: the trainer's step compiled for each planned slice by the TPU compiler
 (libtpu, no TPU needed), beside the estimate. Each compile runs in its own process
 (`python -m tpujob_trainer.aot`), which needs the trainer and the compile extras:
-`pip install 'tpujob[trainer,compile]'`."""
+`pip install 'tpujob[trainer,compile]'`. What the compiler said is kept in `tpu-compile/` in
+tpujob's cache (`$TPUJOB_TPU_COMPILE_CACHE_DIR` where set; `tpujob_trainer.aot_cache`): the same
+step planned again for the same slice is answered in seconds."""
 
 from __future__ import annotations
 
@@ -16,7 +18,9 @@ from typing import Any
 
 import yaml
 
+from tpujob.local.cache import cache_root
 from tpujob.planning import PlanRequest, SliceResult
+from tpujob_trainer import aot_cache
 
 GIB = 2**30
 # ModelShape field -> the trainer config's model key (MoE fields under model.moe).
@@ -62,6 +66,7 @@ def compile_one(result: SliceResult, request: PlanRequest, model_file: str | Non
         path = f.name
     try:
         env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+        env.setdefault(aot_cache.ENV, str(cache_root() / "tpu-compile"))
         proc = subprocess.run(
             [python, "-m", "tpujob_trainer.aot", "--slice", result.plan.slice_type.name,
              "--slices", str(result.plan.slices), "--config", path, "--json"],
@@ -103,7 +108,8 @@ def compile_lines(result: SliceResult, compiled: dict) -> list[str]:
         f"{size(estimate)} is {(estimate - hbm) / hbm:+.0%} off): arguments "
         f"{size(compiled['argument_bytes'])}, temporaries {size(compiled['temp_bytes'])}",
         f"  compiled step   {compiled['flops'] / 1e12:.2f} TFLOP and {compiled['bytes_accessed'] / 1e9:.1f} GB "
-        f"accessed per device; cost model: {cost}; compiled in {compiled['compile_s']:.0f} s",
+        f"accessed per device; cost model: {cost}; compiled in {compiled['compile_s']:.0f} s"
+        + (" (answered from the compile cache)" if compiled.get("cached") else ""),
     ]
 
 

@@ -17,7 +17,6 @@ to 256 on Hopper, 128 everywhere). float32 activations go to XLA's.
 
 from __future__ import annotations
 
-import functools
 import math
 import typing
 
@@ -79,8 +78,13 @@ def _block(L: int) -> int:
     return math.gcd(L, SPLASH_BLOCK)
 
 
-@functools.lru_cache(maxsize=32)
 def _splash_kernel(L: int, n_heads: int, interpret: bool = False):
+    """A kernel made afresh for each trace. Not cached here: the kernel turns its mask tables
+    into JAX arrays when it is made, and a kernel kept from an earlier trace would bring them
+    into the next one as arrays from outside, which JAX passes as arguments instead of
+    constants, so that the same step lowered twice in one process was two programs (another
+    key in any cache of compiled programs, and other figures from the TPU compiler). The
+    costly part, the mask tables, is cached by JAX (`splash_attention_mask_info._process_mask`)."""
     from jax.experimental.pallas.ops.tpu import splash_attention as sa
 
     b = _block(L)
