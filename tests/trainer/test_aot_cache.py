@@ -45,12 +45,15 @@ def test_the_folder_is_the_variables_and_none_without_it(tmp_path):
 
 
 def test_an_entry_reads_back_and_a_damaged_one_is_a_miss(tmp_path):
+    deep = tmp_path / "deep" / "er"
+    aot_cache.write(deep, "k", result={"temp_bytes": 5})  # its folders made
+    assert aot_cache.read(deep, "k")["result"] == {"temp_bytes": 5}
     aot_cache.write(tmp_path, "k", result={"temp_bytes": 5})
     aot_cache.write(tmp_path, "r", refused="RESOURCE_EXHAUSTED: HBM")
     assert aot_cache.read(tmp_path, "k") == {"format": 1, "result": {"temp_bytes": 5}}
     assert aot_cache.read(tmp_path, "r")["refused"] == "RESOURCE_EXHAUSTED: HBM"
     assert aot_cache.read(tmp_path, "absent") is None
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["k.json", "r.json"]  # no temp files
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["deep", "k.json", "r.json"]  # no temp files
     for damaged in ("{not json", json.dumps({"format": 0, "result": {}}),
                     json.dumps({"format": 1}), json.dumps([1])):
         (tmp_path / "k.json").write_text(damaged)

@@ -59,7 +59,7 @@ def key(program: str, *, slice_name: str, slices: int, device_kind: str,
             "versions": dict(sorted(versions.items())),
             "compiler_env": dict(sorted(compiler_env.items())),
             "settings": {k: str(v) for k, v in sorted(settings.items())}}
-    h.update(json.dumps(head, sort_keys=True).encode())
+    h.update(json.dumps(head).encode())  # every map in it sorted above
     h.update(b"\0")
     h.update(program.encode())
     return h.hexdigest()
