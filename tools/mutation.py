@@ -356,6 +356,7 @@ MODULES: dict[str, list[str]] = {
                                                  "tests/trainer/test_output_loss.py"],
     "trainer/tpujob_trainer/models/moe.py": ["tests/trainer/test_model.py",
                                              "tests/trainer/test_moe_routing.py"],
+    "trainer/tpujob_trainer/models/moe_dropless.py": ["tests/trainer/test_moe_routing.py"],
     "operator/tpujob/cli/plan_compile.py": ["tests/plan/test_plan_compile.py"],
     "operator/tpujob/cli/local_cmd.py": [
         "tests/e2e/test_cli_up.py::test_a_port_with_the_real_control_plane_is_refused_before_"

@@ -42,6 +42,7 @@ class ModelRequest:
     param_dtype: str = "float32"   # from the config file's model section, when one is given
     dtype: str = "bfloat16"
     capacity_factor: float = 1.25
+    moe_routing: str = "capacity"
 
     def memory_request(self, default_batch: int) -> MemoryRequest:
         """What the estimate needs, as the trainer builds it (`TrainerConfig.memory_request`)."""
@@ -49,7 +50,8 @@ class ModelRequest:
                              seq_len=self.seq_len, grad_accum=self.grad_accum,
                              optimizer=self.optimizer, param_dtype=self.param_dtype,
                              dtype=self.dtype, remat=self.remat,
-                             capacity_factor=self.capacity_factor)
+                             capacity_factor=self.capacity_factor,
+                             moe_routing=self.moe_routing)
 
 
 @dataclass(frozen=True)
@@ -321,7 +323,7 @@ def load_model(ref: str) -> tuple[ModelShape, str, int | None, int | None]:
 
 def load_model_file(ref: str) -> tuple[ModelShape, str, int | None, int | None, dict[str, Any]]:
     """`load_model`, and what the file says of the model's numbers (param_dtype, dtype, MoE
-    capacity_factor), as ModelRequest keywords (empty for a preset)."""
+    capacity_factor and routing), as ModelRequest keywords (empty for a preset)."""
     from tpujob_trainer.config.model import ModelConfig
 
     if ref in PRESETS:
@@ -345,7 +347,7 @@ def load_model_file(ref: str) -> tuple[ModelShape, str, int | None, int | None, 
         raise PlanError(f"{ref}: {problems}", field="--model") from None
     train = doc.get("train") if isinstance(doc.get("train"), dict) else {}
     numerics = {"param_dtype": config.param_dtype, "dtype": config.dtype,
-                "capacity_factor": config.moe.capacity_factor}
+                "capacity_factor": config.moe.capacity_factor, "moe_routing": config.moe.routing}
     return (config.to_shape(), path.name, train.get("global_batch"), train.get("seq_len"),
             numerics)
 

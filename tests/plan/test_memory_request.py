@@ -58,6 +58,41 @@ def test_the_files_dtypes_and_capacity_count(tmp_path):
     assert none_2 > none_1   # capacity factor 2.0 keeps more expert activations than 1.0
 
 
+@pytest.mark.parametrize("remat", ["none", "minimal", "full"])
+def test_the_files_moe_routing_counts(tmp_path, remat):
+    """Dropless routing: k rows per token whatever the capacity factor, no dispatch or combine
+    one-hots (remat none keeps them), and each layer's experts gathered whole (the layer's
+    backward holds them, not an `expert` share)."""
+    def breakdown(routing, capacity_factor=2.0, ici=""):
+        doc = {**DOC, "model": {**DOC["model"], "moe": {**DOC["model"]["moe"], "routing": routing,
+                                                        "capacity_factor": capacity_factor}}}
+        path = tmp_path / "m.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        args = Namespace(model=str(path), params=None, batch=None, seq=None, grad_accum=1,
+                         remat=remat, optimizer="adamw", slices=1, machine_type=None,
+                         containers_per_host=None, ici=ici, dcn="")
+        result = plan_one("v6e-8", PlanRequest.from_cli(args))
+        cfg = TrainerConfig.from_dict({**doc, "model": {**doc["model"], "remat": remat}})
+        want = cfg.memory_request().estimate(result.mesh.axes, result.plan.hbm_bytes_per_device,
+                                             "v6e")
+        assert result.memory.breakdown == want.breakdown     # the one request, both paths
+        return result.memory.breakdown
+
+    dropless, capacity = breakdown("dropless"), breakdown("capacity")
+    assert dropless == breakdown("dropless", capacity_factor=0.5)   # the factor does not count
+    even = breakdown("capacity", capacity_factor=1.0)
+    if remat == "none":
+        assert dropless["activations"] < even["activations"] < capacity["activations"]
+    else:   # the layer's input (full), projections and router logits (minimal): no routed value
+        assert dropless["activations"] == even["activations"] == capacity["activations"]
+    split = breakdown("capacity", capacity_factor=1.0, ici="fsdp=4,expert=2")
+    whole = breakdown("dropless", ici="fsdp=4,expert=2")
+    if remat == "full":   # where the layer's backward is the workspace: the experts whole
+        assert whole["workspace"] > split["workspace"]
+    else:
+        assert whole["workspace"] == split["workspace"]
+
+
 def test_memory_request_resolves_auto_only():
     from tpujob_plan.model_shape import PRESETS
 

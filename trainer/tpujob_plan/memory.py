@@ -138,7 +138,8 @@ def _axis(mesh: Mapping[str, int], name: str) -> int:
 
 
 def _saved_bytes_per_token(shape: ModelShape, layer: int, remat: str, *, compute_bytes: int,
-                           tensor: int, capacity_factor: float, seq_len: int) -> float:
+                           tensor: int, capacity_factor: float, seq_len: int,
+                           dropless: bool = False) -> float:
     """Bytes one token's activations of one layer keep for the backward pass. The model dimension
     is replicated over `tensor`, heads and MLP columns split over it."""
     d, cb = shape.d_model, compute_bytes
@@ -164,12 +165,13 @@ def _saved_bytes_per_token(shape: ModelShape, layer: int, remat: str, *, compute
     # capacity_factor x seq_len slots per token each) and the per-choice one-hots in float32 (k
     # times as many); the routed copies' input and output, and six MLP-wide values each (gate/up,
     # its two halves, the SwiGLU's activation and product: autodiff keeps them all); shared
-    # experts as a dense MLP.
+    # experts as a dense MLP. Dropless routing: no one-hots, k routed rows per token.
     per_expert = (shape.moe_mlp_dim or shape.mlp_dim) / tensor
     k = shape.experts_per_token
-    routed = k * capacity_factor
-    return (saved + 2 * shape.num_experts * FLOAT32 + k * routed * seq_len * FLOAT32
-            + (2 * routed * seq_len + routed * (2 * d + 6 * per_expert)
+    routed = k * (1.0 if dropless else capacity_factor)
+    one_hots = 0.0 if dropless else k * routed * seq_len * FLOAT32 + 2 * routed * seq_len * cb
+    return (saved + 2 * shape.num_experts * FLOAT32 + one_hots
+            + (routed * (2 * d + 6 * per_expert)
                + 3 * shape.num_shared_experts * per_expert) * cb)
 
 
@@ -206,15 +208,19 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
                     capacity_factor: float = 1.25, hbm_bytes: float | None = None,
                     generation: str | None = None,
                     output_chunks: int | str = "auto",
-                    mlp_chunk_setting: int | str = "auto") -> MemoryEstimate:
+                    mlp_chunk_setting: int | str = "auto",
+                    moe_routing: str = "capacity") -> MemoryEstimate:
     """Estimate the bytes one device holds at the peak of a training step. `generation` (a
-    slice-name prefix: v5p, v6e, tpu7x) picks the compiler's allowance; unknown: the largest."""
+    slice-name prefix: v5p, v6e, tpu7x) picks the compiler's allowance; unknown: the largest.
+    `moe_routing` dropless: k routed rows per token (no capacity), no dispatch or combine
+    one-hots, and each MoE layer's experts gathered whole (not split over `expert`)."""
     if remat not in REMAT_POLICIES:
         raise ValueError(f"remat must be one of {', '.join(REMAT_POLICIES)}, got {remat!r}")
     if optimizer not in OPTIMIZERS:
         raise ValueError(f"optimizer must be one of {', '.join(OPTIMIZERS)}, got {optimizer!r}")
     data, fsdp, context = _axis(mesh, "data"), _axis(mesh, "fsdp"), _axis(mesh, "context")
     tensor, expert = _axis(mesh, "tensor"), _axis(mesh, "expert")
+    dropless = moe_routing == "dropless"
     state_shards = fsdp * context * tensor * expert
     batch_shards = data * fsdp * expert
     notes: list[str] = []
@@ -244,7 +250,7 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
     def per_token(policy: str) -> list[float]:
         return [_saved_bytes_per_token(shape, i, policy, compute_bytes=compute_bytes,
                                        tensor=tensor, capacity_factor=capacity_factor,
-                                       seq_len=seq_len)
+                                       seq_len=seq_len, dropless=dropless)
                 for i in range(shape.n_layers)]
 
     breakdown["activations"] = allowance * tokens * sum(per_token(remat))
@@ -260,13 +266,14 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
     output_layer = OUTPUT_LAYER_COPIES * shape.d_model * shape.vocab_size * compute_bytes / tensor
     largest_layer = shape.attention_params + max(
         shape.dense_mlp_params if shape.n_dense_layers else 0,
-        shape.moe_mlp_params / expert if shape.n_moe_layers else 0)
+        shape.moe_mlp_params / (1 if dropless else expert) if shape.n_moe_layers else 0)
     # Compiled for a TPU under remat full, a dense MLP's backward by chunks of its width.
     mlp_split = (mlp_chunks(tokens, shape.mlp_dim / tensor, compute_bytes, remat=remat)
                  if mlp_chunk_setting == "auto"
                  else len(chunk_bounds(shape.mlp_dim, mlp_chunk_setting)))
     unit = max(_layer_values_per_token(shape, i, compute_bytes=compute_bytes, tensor=tensor,
-                                       capacity_factor=capacity_factor, mlp_chunks=mlp_split)
+                                       capacity_factor=1.0 if dropless else capacity_factor,
+                                       mlp_chunks=mlp_split)
                for i in range(shape.n_layers))
     one_layer = allowance * tokens * unit
     beside_logits = BESIDE_LOGITS_LAYERS[remat] * one_layer
@@ -313,6 +320,7 @@ class MemoryRequest:
     capacity_factor: float = 1.25
     vocab_chunks: int | str = "auto"
     mlp_chunks: int | str = "auto"
+    moe_routing: str = "capacity"
 
     def _kwargs(self, mesh: Mapping[str, int], hbm_bytes: float | None,
                 generation: str | None) -> dict:
@@ -321,7 +329,7 @@ class MemoryRequest:
                     param_bytes=DTYPE_BYTES[self.param_dtype], compute_bytes=DTYPE_BYTES[self.dtype],
                     capacity_factor=self.capacity_factor, hbm_bytes=hbm_bytes,
                     generation=generation, output_chunks=self.vocab_chunks,
-                    mlp_chunk_setting=self.mlp_chunks)
+                    mlp_chunk_setting=self.mlp_chunks, moe_routing=self.moe_routing)
 
     def resolved_remat(self, mesh: Mapping[str, int], hbm_bytes: float | None,
                        generation: str | None = None) -> str:

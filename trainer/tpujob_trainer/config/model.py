@@ -56,7 +56,12 @@ class MoEConfig(_Frozen):
     mlp_dim: int | None = Field(None, ge=1, description="Hidden size of one expert; default: model.mlp_dim.")
     every: int = Field(1, ge=1, description="Every k-th layer (after the first dense ones) is MoE.")
     first_dense_layers: int = Field(0, ge=0, description="Leading layers kept dense.")
-    capacity_factor: float = Field(1.25, gt=0, description="Expert capacity as a multiple of the even share of tokens.")
+    capacity_factor: float = Field(1.25, gt=0, description="Expert capacity as a multiple of the even share of tokens (routing capacity).")
+    routing: Literal["capacity", "dropless"] = Field(
+        "capacity", description="capacity: each expert takes at most its capacity of a sequence's tokens, by one-hot "
+        "dispatch and combine (the experts split over the expert mesh axis); dropless: every token reaches its "
+        "experts, by grouped matmuls over the rows routed to each expert (the experts gathered whole on each "
+        "device; on a TPU the megablox kernel, as MaxText).")
     load_balance_weight: float = Field(0.01, ge=0, description="Weight of the load-balancing loss.")
 
     @model_validator(mode="after")

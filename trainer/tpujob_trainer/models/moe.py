@@ -1,10 +1,11 @@
 """Mixture-of-experts feed-forward layer: top-k routing with capacity, shared experts, and the
 load-balancing loss (Switch/GShard style: E * sum_e fraction_e * mean_prob_e, 1.0 when balanced).
 
-Tokens are routed within each sequence (the group): every expert takes at most C tokens of a
-group, C = ceil(k * L / E * capacity_factor); tokens over capacity skip that expert (the
-residual path carries them). Dispatch and combine are one-hot einsums, which shard over the
-`expert` mesh axis without custom collectives.
+Capacity routing (the default): tokens are routed within each sequence (the group): every
+expert takes at most C tokens of a group, C = ceil(k * L / E * capacity_factor); tokens over
+capacity skip that expert (the residual path carries them). Dispatch and combine are one-hot
+einsums, which shard over the `expert` mesh axis without custom collectives. Dropless routing
+(`moe.routing: dropless`): models/moe_dropless.py.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from flax import nnx
 
 from tpujob_trainer.config.model import MoEConfig
 from tpujob_trainer.models.layers import MLP, dot, init_param, swiglu_pair
+from tpujob_trainer.models.moe_dropless import dropless
 
 
 class MoE(nnx.Module):
@@ -28,7 +30,7 @@ class MoE(nnx.Module):
         self.shared = (MLP(d, f * cfg.num_shared_experts, dtype=dtype, param_dtype=param_dtype, rngs=rngs)
                        if cfg.num_shared_experts else None)
         self.num_experts, self.top_k = e, cfg.experts_per_token
-        self.capacity_factor = cfg.capacity_factor
+        self.capacity_factor, self.routing = cfg.capacity_factor, cfg.routing
         self.dtype = dtype
 
     def capacity(self, length: int) -> int:
@@ -43,6 +45,13 @@ class MoE(nnx.Module):
         probs_BxLxE = jax.nn.softmax(logits_BxLxE, axis=-1)
         top_p_BxLxk, top_i_BxLxk = jax.lax.top_k(probs_BxLxE, k)
         weights_BxLxk = top_p_BxLxk / jnp.sum(top_p_BxLxk, axis=-1, keepdims=True)
+
+        if self.routing == "dropless":
+            w_in_ExDx2xF = self.w_in_ExDx2xF[...].astype(dt)
+            y_BxLxD = dropless(x_BxLxD.astype(dt), top_i_BxLxk, weights_BxLxk, w_in_ExDx2xF[:, :, 0],
+                               w_in_ExDx2xF[:, :, 1], self.w_out_ExFxD[...].astype(dt))
+            choice_BxLxE = jnp.sum(jax.nn.one_hot(top_i_BxLxk, E, dtype=jnp.int32), axis=2)
+            return self._with_shared(y_BxLxD, x_BxLxD), self._balance(choice_BxLxE, probs_BxLxE)
 
         # Slot of each (choice, token) in its expert's buffer: first choices are served first.
         choice_BxkxLxE = jax.nn.one_hot(top_i_BxLxk, E, dtype=jnp.int32).transpose(0, 2, 1, 3)
@@ -70,11 +79,15 @@ class MoE(nnx.Module):
         h_ExBxCxF = swiglu_pair(gate_ExBxCxF, up_ExBxCxF).astype(dt)
         out_ExBxCxD = dot("ebcf,efd->ebcd", h_ExBxCxF, self.w_out_ExFxD[...].astype(dt)).astype(dt)
         y_BxLxD = dot("blec,ebcd->bld", combine_BxLxExC, out_ExBxCxD).astype(dt)
-        if self.shared is not None:
-            y_BxLxD = y_BxLxD + self.shared(x_BxLxD)
+        return self._with_shared(y_BxLxD, x_BxLxD), self._balance(jnp.sum(choice_BxkxLxE, axis=1),
+                                                                  probs_BxLxE)
 
-        # Load balance: fraction of routed choices per expert x mean router probability per expert.
-        frac_E = jnp.mean(jnp.sum(choice_BxkxLxE, axis=1), axis=(0, 1)).astype(jnp.float32) / k
+    def _with_shared(self, y_BxLxD: jax.Array, x_BxLxD: jax.Array) -> jax.Array:
+        return y_BxLxD if self.shared is None else y_BxLxD + self.shared(x_BxLxD)
+
+    def _balance(self, choice_BxLxE: jax.Array, probs_BxLxE: jax.Array) -> jax.Array:
+        """Load balance: fraction of routed choices per expert x mean router probability per
+        expert (`choice_BxLxE`: how many of a token's k choices went to each expert)."""
+        frac_E = jnp.mean(choice_BxLxE, axis=(0, 1)).astype(jnp.float32) / self.top_k
         mean_prob_E = jnp.mean(probs_BxLxE, axis=(0, 1))
-        aux = E * jnp.sum(frac_E * mean_prob_E)
-        return y_BxLxD, aux
+        return self.num_experts * jnp.sum(frac_E * mean_prob_E)
