@@ -67,6 +67,10 @@ MODELS = {
                             n_kv_heads=16, head_dim=128, mlp_dim=1408,
                             moe=dict(num_experts=64, experts_per_token=6, mlp_dim=1408)),
 }
+# The same with tpujob's dropless routing (`model.moe.routing: dropless`: the megablox grouped
+# matmul, as MaxText's), MaxText's side unchanged.
+MODELS["deepseek-moe-4l-dropless"] = MODELS["deepseek-moe-4l"] | {
+    "moe": MODELS["deepseek-moe-4l"]["moe"] | {"routing": "dropless"}}
 
 # name: (model, slice, slices, global batch, seq)
 ROWS = {
@@ -79,6 +83,7 @@ ROWS = {
     "moe-v6e8-s2048": ("mixtral-2048-4l", "v6e-8", 1, 32, 2048),
     "dsmoe-v6e8-s4096": ("deepseek-moe-4l", "v6e-8", 1, 16, 4096),
     "dsmoe-tpu7x8-s4096": ("deepseek-moe-4l", "tpu7x-8", 1, 16, 4096),
+    "dsmoe-dropless-v6e8-s4096": ("deepseek-moe-4l-dropless", "v6e-8", 1, 16, 4096),
 }
 
 
