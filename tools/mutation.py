@@ -375,6 +375,28 @@ MODULES: dict[str, list[str]] = {
 # Survivors judged equivalent (no test can tell them from the original), with why: (module,
 # the source line as written, the mutation) -> reason. The report counts them apart.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("trainer/tpujob_trainer/models/moe_dropless.py", "TILE = 512", "512 -> 513"):
+        "the grouped matmul's tile is a speed choice: any tile gives the same product",
+    ("trainer/tpujob_trainer/models/moe_dropless.py", "interpret: bool = False) -> jax.Array:",
+     "False -> True"):
+        "Pallas's interpreter computes what the compiled kernel does (compiled for a TPU, the "
+        "step would be slow, not wrong)",
+    ("trainer/tpujob_trainer/models/moe_dropless.py",
+     "order_R = jnp.argsort(expert_R, stable=True)           # rows grouped by expert",
+     "True -> False"):
+        "the order of one expert's rows does not matter: they go back by the inverse permutation",
+    ("trainer/tpujob_trainer/models/moe_dropless.py", "if mesh is None or mesh.size == 1:",
+     "1 -> 0"):
+        "a one-device mesh through the shard_map computes the same layer",
+    ("trainer/tpujob_trainer/models/moe_dropless.py",
+     "tiling = (math.gcd(M, TILE), min(K, TILE), min(w_GxKxN.shape[-1], TILE))", "1 -> 0"):
+        "the grouped matmul's tile is a speed choice: any tile gives the same product",
+    ("trainer/tpujob_trainer/models/moe_dropless.py",
+     "axes = tuple(a for a in LOGICAL_RULES[logical] if shape.get(a, 1) > 1)", "> -> >="):
+        "a split over mesh axes of size 1 is no split: the same per-device work",
+    ("trainer/tpujob_trainer/models/moe_dropless.py",
+     "axes = tuple(a for a in LOGICAL_RULES[logical] if shape.get(a, 1) > 1)", "1 -> 0"):
+        "every mesh axis is in the mesh's shape, and axes of size 1 split nothing",
     ("trainer/tpujob_trainer/checkpoint/local.py",
      "if self._kept is None or self._kept[0] != made_for:", "0 -> 1"):
         "the layout is then worked out again at every save: the same manifest, only slower "

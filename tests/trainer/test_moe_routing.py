@@ -161,7 +161,7 @@ from tpujob_trainer.models.moe import MoE
 from tpujob_trainer.sharding import activate, batch_sharding
 
 moe = MoE(32, 64, MoEConfig(num_experts=4, experts_per_token=2, num_shared_experts=1,
-                            routing="dropless"),
+                            mlp_dim=42, routing="dropless"),
           dtype=jnp.float32, param_dtype=jnp.float32, rngs=nnx.Rngs(3))
 graphdef, params = nnx.split(moe)
 x = jax.random.normal(jax.random.key(1), (8, 16, 32))
@@ -177,17 +177,20 @@ def value_and_grads(mesh):
             x_in = jax.device_put(x, NamedSharding(mesh, PartitionSpec(*batch_sharding(mesh, 3).spec)))
         else:
             x_in = x
-        text = jax.jit(jax.value_and_grad(loss)).lower(params, x_in).as_text()
+        lowered = jax.jit(jax.value_and_grad(loss)).lower(params, x_in)
+        cost = lowered.compile().cost_analysis()
+        flops = (cost[0] if isinstance(cost, list) else cost)["flops"]
         v, gr = jax.jit(jax.value_and_grad(loss))(params, x_in)
-    return float(v), [np.asarray(a) for a in jax.tree.leaves(gr)], text
+    return float(v), [np.asarray(a) for a in jax.tree.leaves(gr)], lowered.as_text(), flops
 
-want_v, want_g, _ = value_and_grads(None)
+want_v, want_g, _, want_flops = value_and_grads(None)
 out = {}
 for ici in json.loads(sys.argv[1]):
     mesh, _ = build_mesh(MeshConfig(ici=ici))
-    v, gr, text = value_and_grads(mesh)
+    v, gr, text, flops = value_and_grads(mesh)
     out[json.dumps(ici)] = {
         "shard_map": "shard_map" in text or "sdy.manual_computation" in text,
+        "flops_per_device": flops / want_flops,
         "value": abs(v - want_v) / abs(want_v),
         "grads": max(float(np.max(np.abs(a - b))) / (float(np.max(np.abs(b))) + 1e-12)
                      for a, b in zip(gr, want_g)),
@@ -204,14 +207,20 @@ def test_dropless_on_a_mesh_of_eight_devices_is_the_single_device_layer():
     import subprocess
     import sys
 
-    meshes = [{"fsdp": 8}, {"fsdp": 4, "tensor": 2}, {"data": 2, "fsdp": 2, "context": 2}]
+    # Each device's share of the work: its tokens (over data, fsdp and context) times its
+    # share of the experts' 42 columns (over tensor=2; not over tensor=4: they do not divide).
+    shares = {'{"fsdp": 8}': 1 / 8, '{"fsdp": 4, "tensor": 2}': 1 / 8,
+              '{"data": 2, "fsdp": 2, "context": 2}': 1 / 8, '{"fsdp": 2, "tensor": 4}': 1 / 2}
+    meshes = [json.loads(m) for m in shares]
     env = {**os.environ, "JAX_PLATFORMS": "cpu",
            "XLA_FLAGS": "--xla_force_host_platform_device_count=8"}
     proc = subprocess.run([sys.executable, "-c", _SHARDED, json.dumps(meshes)], env=env,
                           capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
     got = json.loads(proc.stdout.strip().splitlines()[-1])
-    assert len(got) == 3
+    assert got.keys() == shares.keys()
     for ici, r in got.items():
         assert r["shard_map"], ici
+        # Each device computes its share, not all the tokens or every column.
+        assert r["flops_per_device"] < 1.2 * shares[ici], (ici, r)
         assert r["value"] < 1e-5 and r["grads"] < 1e-4, (ici, r)
