@@ -32,3 +32,11 @@ def test_config_errors_name_their_source(config, overrides, field):
     verdict = validate_job(_job(config, overrides))
     assert verdict.reason == "ConfigError"
     assert verdict.field == field and verdict.message.startswith(f"{field}: ")
+
+
+def test_an_unknown_moe_routing_names_the_field_and_the_valid_ones():
+    verdict = validate_job(_job(TINY, ["model.moe.routing=dropfree"]))
+    assert verdict.reason == "ConfigError" and verdict.field == "spec.trainer.overrides[0]"
+    assert "model.moe.routing" in verdict.message
+    assert "'capacity'" in verdict.message and "'dropless'" in verdict.message
+    assert validate_job(_job(TINY, ["model.moe.routing=dropless"])).reason != "ConfigError"

@@ -21,7 +21,7 @@ DEFAULTS = {
         "norm_eps": 1e-6,
         "moe": {"num_experts": 0, "experts_per_token": 2, "num_shared_experts": 0,
                 "mlp_dim": None, "every": 1, "first_dense_layers": 0, "capacity_factor": 1.25,
-                "load_balance_weight": 0.01},
+                "routing": "capacity", "load_balance_weight": 0.01},
         "remat": "auto", "scan_layers": True, "attention": "auto", "vocab_chunks": "auto", "mlp_chunks": "auto", "dtype": "bfloat16", "param_dtype": "float32"},
     "train": {"steps": 100, "global_batch": 8, "seq_len": 256, "grad_accum": 1, "seed": 0},
     "optimizer": {

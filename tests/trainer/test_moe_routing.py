@@ -97,7 +97,7 @@ def test_the_tpu_grouped_matmul_is_xlas_ragged_dot(M, K, N, sizes):
     w = jax.random.normal(jax.random.key(1), (len(sizes), K, N))
     group = jnp.asarray(sizes, jnp.int32)
     want = np.concatenate([np.asarray(x[a:a + n] @ w[g]) for g, (a, n) in
-                           enumerate(zip(np.cumsum((0, *sizes[:-1])), sizes))])
+                           enumerate(zip(np.cumsum((0, *sizes[:-1])), sizes, strict=True))])
     for platform in ("cpu", "tpu"):
         got = grouped_dot(x, w, group, platform, interpret=platform == "tpu")
         np.testing.assert_allclose(np.asarray(got), want, rtol=1e-4, atol=1e-3)
