@@ -46,15 +46,16 @@ class MoE(nnx.Module):
         top_p_BxLxk, top_i_BxLxk = jax.lax.top_k(probs_BxLxE, k)
         weights_BxLxk = top_p_BxLxk / jnp.sum(top_p_BxLxk, axis=-1, keepdims=True)
 
+        choice_BxLxkxE = jax.nn.one_hot(top_i_BxLxk, E, dtype=jnp.int32)
+        aux = self._balance(jnp.sum(choice_BxLxkxE, axis=2), probs_BxLxE)
         if self.routing == "dropless":
             w_in_ExDx2xF = self.w_in_ExDx2xF[...].astype(dt)
             y_BxLxD = dropless(x_BxLxD.astype(dt), top_i_BxLxk, weights_BxLxk, w_in_ExDx2xF[:, :, 0],
                                w_in_ExDx2xF[:, :, 1], self.w_out_ExFxD[...].astype(dt))
-            choice_BxLxE = jnp.sum(jax.nn.one_hot(top_i_BxLxk, E, dtype=jnp.int32), axis=2)
-            return self._with_shared(y_BxLxD, x_BxLxD), self._balance(choice_BxLxE, probs_BxLxE)
+            return self._with_shared(y_BxLxD, x_BxLxD), aux
 
         # Slot of each (choice, token) in its expert's buffer: first choices are served first.
-        choice_BxkxLxE = jax.nn.one_hot(top_i_BxLxk, E, dtype=jnp.int32).transpose(0, 2, 1, 3)
+        choice_BxkxLxE = choice_BxLxkxE.transpose(0, 2, 1, 3)
         order_BxkLxE = choice_BxkxLxE.reshape(B, k * L, E)
         slot_BxkLxE = jnp.cumsum(order_BxkLxE, axis=1) - 1
         kept_BxkLxE = order_BxkLxE * (slot_BxkLxE < C)
@@ -79,8 +80,7 @@ class MoE(nnx.Module):
         h_ExBxCxF = swiglu_pair(gate_ExBxCxF, up_ExBxCxF).astype(dt)
         out_ExBxCxD = dot("ebcf,efd->ebcd", h_ExBxCxF, self.w_out_ExFxD[...].astype(dt)).astype(dt)
         y_BxLxD = dot("blec,ebcd->bld", combine_BxLxExC, out_ExBxCxD).astype(dt)
-        return self._with_shared(y_BxLxD, x_BxLxD), self._balance(jnp.sum(choice_BxkxLxE, axis=1),
-                                                                  probs_BxLxE)
+        return self._with_shared(y_BxLxD, x_BxLxD), aux
 
     def _with_shared(self, y_BxLxD: jax.Array, x_BxLxD: jax.Array) -> jax.Array:
         return y_BxLxD if self.shared is None else y_BxLxD + self.shared(x_BxLxD)
