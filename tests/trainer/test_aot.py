@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -105,6 +106,29 @@ def test_the_same_step_lowered_twice_in_one_process_is_one_program():
             fns, batch = step_program(cfg, mesh, cfg.model)
             texts.append(fns.step.lower(fns.abstract_state, batch).as_text())
     assert "splash" in texts[0] and texts[0] == texts[1]
+
+
+def test_the_steps_key_is_the_same_from_another_clone_and_another_caller(tmp_path):
+    """The splash kernel's Mosaic program carries source locations inside the lowered text; by
+    default they named the kernel's file by its full path (in the clone's own environment), so
+    a step compiled from one clone missed the entries another had written. Here both JAX (by a
+    link) and the trainer (a copy) are imported from another folder."""
+    here = aot.step_key(_cfg(), "v6e-8")
+    elsewhere = tmp_path / "another-clone"
+    shutil.copytree(Path(aot.__file__).parent, elsewhere / "tpujob_trainer")
+    (elsewhere / "jax").symlink_to(Path(jax.__file__).parent, target_is_directory=True)
+    code = ("import json, sys\n"
+            "import jax\n"
+            "from tpujob_trainer import aot\n"
+            "from tpujob_trainer.config.root import TrainerConfig\n"
+            "def a_caller_of_its_own():\n"
+            "    return aot.step_key(TrainerConfig.from_dict(json.loads(sys.argv[1])), 'v6e-8')\n"
+            "print(aot.__file__, jax.__file__, a_caller_of_its_own())\n")
+    out = subprocess.run([sys.executable, "-c", code, json.dumps(TINY)], check=True, text=True,
+                         capture_output=True, env={**os.environ, "PYTHONPATH": str(elsewhere)})
+    module, jax_module, key = out.stdout.split()
+    assert Path(module).is_relative_to(elsewhere) and Path(jax_module).is_relative_to(elsewhere)
+    assert key == here
 
 
 @pytest.mark.parametrize("cost,want", [

@@ -146,40 +146,63 @@ def cost_model_time(cost: dict[str, float]) -> tuple[float | None, str]:
     return float(t), "valid"
 
 
+# Settings the step is lowered and compiled under (each put back after).
+# - JAX writes a persistent-cache entry only for a compile longer than its minimum: none.
+# - Source files by name, without their folder: a Pallas kernel's Mosaic program carries its
+#   source locations inside the lowered text, by default the kernel's file by its full path (in
+#   the clone's own environment), so the same step lowered from another clone was another text
+#   and missed the compile cache. The compiled program is the same either way.
+LOWERING_SETTINGS = {"jax_persistent_cache_min_compile_time_secs": float("inf"),
+                     "jax_hlo_source_file_canonicalization_regex": ".*/"}
+
+
 @contextlib.contextmanager
-def _no_cache_writes():
-    """JAX writes an entry only for a compile longer than this minimum: none, for the block."""
+def _lowering_settings():
     import jax
 
-    name = "jax_persistent_cache_min_compile_time_secs"
-    before = getattr(jax.config, name)
-    jax.config.update(name, float("inf"))
+    before = {name: getattr(jax.config, name) for name in LOWERING_SETTINGS}
     try:
+        for name, value in LOWERING_SETTINGS.items():
+            jax.config.update(name, value)
         yield
     finally:
-        jax.config.update(name, before)
+        for name, value in before.items():
+            jax.config.update(name, value)
+
+
+def _lower(cfg: TrainerConfig, slice_name: str, slices: int):
+    """The step lowered for the slice (call under `_lowering_settings`): (lowered, the program's
+    cache key, the first device, the mesh plan, remat)."""
+    import jax
+
+    devices = topology_devices(slice_name, slices)
+    mesh, mesh_plan = build_mesh(cfg.mesh, num_slices=slices, devices=devices)
+    remat = resolve_remat(cfg, mesh_plan.axes, device_memory_bytes(devices[0]),
+                          device_generation(devices[0]))
+    model_cfg = cfg.model.model_copy(update={"remat": remat})
+    with activate(mesh):
+        fns, batch = step_program(cfg, mesh, model_cfg)
+        lowered = fns.step.lower(fns.abstract_state, batch)
+    name = aot_cache.current_key(lowered.as_text(), slice_name=slice_name, slices=slices,
+                                 device_kind=devices[0].device_kind, config=jax.config)
+    return lowered, name, devices, mesh_plan, remat
+
+
+def step_key(cfg: TrainerConfig, slice_name: str, slices: int = 1) -> str:
+    """The compile cache's key of the step for the slice (lowers it; compiles nothing)."""
+    with _lowering_settings():
+        return _lower(cfg, slice_name, slices)[1]
 
 
 def compile_step(cfg: TrainerConfig, slice_name: str, slices: int = 1) -> CompiledStep:
     """Compile the step for `slices` slices of `slice_name` and read the compiler's figures;
     where `$TPUJOB_TPU_COMPILE_CACHE_DIR` names a folder, an earlier compile of the same program
     for the same slice by the same compiler answers instead (`aot_cache`)."""
-    devices = topology_devices(slice_name, slices)
-    mesh, mesh_plan = build_mesh(cfg.mesh, num_slices=slices, devices=devices)
-    remat = resolve_remat(cfg, mesh_plan.axes, device_memory_bytes(devices[0]),
-                          device_generation(devices[0]))
-    model_cfg = cfg.model.model_copy(update={"remat": remat})
     shown = slice_name if slices == 1 else f"{slices} x {slice_name}"
     t0 = time.perf_counter()
-    import jax
-
-    with activate(mesh), _no_cache_writes():
-        fns, batch = step_program(cfg, mesh, model_cfg)
-        lowered = fns.step.lower(fns.abstract_state, batch)
+    with _lowering_settings():
+        lowered, name, devices, mesh_plan, remat = _lower(cfg, slice_name, slices)
         folder = aot_cache.directory()
-        name = aot_cache.current_key(lowered.as_text(), slice_name=slice_name, slices=slices,
-                                     device_kind=devices[0].device_kind,
-                                     config=jax.config) if folder else ""
         entry = aot_cache.read(folder, name) if folder else None
         if entry is None:
             entry = _compile(lowered, shown, remat, t0)
