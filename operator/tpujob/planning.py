@@ -43,6 +43,7 @@ class ModelRequest:
     dtype: str = "bfloat16"
     capacity_factor: float = 1.25
     moe_routing: str = "capacity"
+    optimizer_sharding: str = "auto"   # the config file's mesh.optimizer_sharding
 
     def memory_request(self, default_batch: int) -> MemoryRequest:
         """What the estimate needs, as the trainer builds it (`TrainerConfig.memory_request`)."""
@@ -51,7 +52,8 @@ class ModelRequest:
                              optimizer=self.optimizer, param_dtype=self.param_dtype,
                              dtype=self.dtype, remat=self.remat,
                              capacity_factor=self.capacity_factor,
-                             moe_routing=self.moe_routing)
+                             moe_routing=self.moe_routing,
+                             optimizer_sharding=self.optimizer_sharding)
 
 
 @dataclass(frozen=True)
@@ -348,6 +350,16 @@ def load_model_file(ref: str) -> tuple[ModelShape, str, int | None, int | None, 
     train = doc.get("train") if isinstance(doc.get("train"), dict) else {}
     numerics = {"param_dtype": config.param_dtype, "dtype": config.dtype,
                 "capacity_factor": config.moe.capacity_factor, "moe_routing": config.moe.routing}
+    mesh = doc.get("mesh") if "model" in doc else None
+    if isinstance(mesh, dict) and "optimizer_sharding" in mesh:
+        from tpujob_trainer.config.mesh import MeshConfig
+
+        try:
+            numerics["optimizer_sharding"] = MeshConfig.model_validate(
+                {"optimizer_sharding": mesh["optimizer_sharding"]}).optimizer_sharding
+        except ValidationError as err:
+            raise PlanError(f"{ref}: mesh.optimizer_sharding: {err.errors()[0]['msg']}",
+                            field="--model") from None
     return (config.to_shape(), path.name, train.get("global_batch"), train.get("seq_len"),
             numerics)
 

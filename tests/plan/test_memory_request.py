@@ -141,3 +141,34 @@ def test_memory_request_is_frozen_and_an_exact_fit_fits():
     # Exactly the usable 95% fits; a byte more does not.
     assert MemoryEstimate({"params": 95.0}, "full", 1.0, hbm_bytes=100.0).fits is True
     assert MemoryEstimate({"params": 96.0}, "full", 1.0, hbm_bytes=100.0).fits is False
+
+
+@pytest.mark.parametrize("sharding", ["auto", "over_data", "as_params"])
+def test_the_files_optimizer_sharding_counts(tmp_path, sharding):
+    """Over `data` (and `auto`: a TPU's estimate), each data-parallel replica keeps 1/data of the
+    optimizer's state; as_params, all of it. `plan --model FILE` reads the file's mesh section."""
+    def breakdown(ici):
+        doc = {**DOC, "mesh": {"optimizer_sharding": sharding}}
+        path = tmp_path / "m.yaml"
+        path.write_text(yaml.safe_dump(doc))
+        args = Namespace(model=str(path), params=None, batch=None, seq=None, grad_accum=1,
+                         remat="full", optimizer="adamw", slices=1, machine_type=None,
+                         containers_per_host=None, ici=ici, dcn="")
+        result = plan_one("v6e-8", PlanRequest.from_cli(args))
+        cfg = TrainerConfig.from_dict(doc | {"model": {**doc["model"], "remat": "full"}})
+        want = cfg.memory_request().estimate(result.mesh.axes, result.plan.hbm_bytes_per_device,
+                                             "v6e")
+        assert result.memory.breakdown == want.breakdown     # the one request, both paths
+        return result.memory.breakdown
+
+    one, two = breakdown("fsdp=8"), breakdown("data=2,fsdp=4")
+    assert two["params"] == 2 * one["params"]            # the weights: whole on each replica
+    shared = sharding != "as_params"
+    assert two["optimizer"] == pytest.approx(2 * one["optimizer"] / (2 if shared else 1))
+
+
+def test_a_bad_optimizer_sharding_in_the_file_names_the_field(tmp_path):
+    path = tmp_path / "m.yaml"
+    path.write_text(yaml.safe_dump({**DOC, "mesh": {"optimizer_sharding": "zero1"}}))
+    with pytest.raises(Exception, match=r"mesh\.optimizer_sharding.*'auto'.*'as_params'.*'over_data'"):
+        _plan(path)

@@ -29,7 +29,7 @@ DEFAULTS = {
         "min_lr_ratio": 0.1, "b1": 0.9, "b2": 0.95, "eps": 1e-8, "weight_decay": 0.1,
         "decay_norms_and_embeddings": False, "clip_norm": 1.0, "muon_lr": 0.02,
         "muon_momentum": 0.95, "muon_weight_decay": 0.0},
-    "mesh": {"ici": {"fsdp": -1}, "dcn": {}},
+    "mesh": {"ici": {"fsdp": -1}, "dcn": {}, "optimizer_sharding": "auto"},
     "data": {"kind": "synthetic", "path": None, "text_field": "text", "tokenizer": "byte",
              "eos_token": None, "token_dtype": "uint16", "shuffle": True, "seed": None,
              "on_exhausted": "repeat", "synthetic_pattern": "random"},

@@ -209,11 +209,14 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
                     generation: str | None = None,
                     output_chunks: int | str = "auto",
                     mlp_chunk_setting: int | str = "auto",
-                    moe_routing: str = "capacity") -> MemoryEstimate:
+                    moe_routing: str = "capacity",
+                    optimizer_sharding: str = "auto") -> MemoryEstimate:
     """Estimate the bytes one device holds at the peak of a training step. `generation` (a
     slice-name prefix: v5p, v6e, tpu7x) picks the compiler's allowance; unknown: the largest.
     `moe_routing` dropless: k routed rows per token (no capacity), no dispatch or combine
-    one-hots, and each MoE layer's experts gathered whole (not split over `expert`)."""
+    one-hots, and each MoE layer's experts gathered whole (not split over `expert`).
+    `optimizer_sharding` (the trainer's `mesh.optimizer_sharding`; `auto` is `over_data` on a
+    TPU, which this estimates): over_data splits the optimizer's state over `data` too."""
     if remat not in REMAT_POLICIES:
         raise ValueError(f"remat must be one of {', '.join(REMAT_POLICIES)}, got {remat!r}")
     if optimizer not in OPTIMIZERS:
@@ -238,7 +241,8 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
     params = shape.total_params
     breakdown = {
         "params": params * param_bytes / state_shards,
-        "optimizer": _optimizer_bytes(shape, optimizer) / state_shards,
+        "optimizer": _optimizer_bytes(shape, optimizer) / (
+            state_shards * (1 if optimizer_sharding == "as_params" else data)),
     }
     if grad_accum > 1:
         breakdown["gradientAccumulator"] = params * FLOAT32 / state_shards
@@ -321,6 +325,7 @@ class MemoryRequest:
     vocab_chunks: int | str = "auto"
     mlp_chunks: int | str = "auto"
     moe_routing: str = "capacity"
+    optimizer_sharding: str = "auto"
 
     def _kwargs(self, mesh: Mapping[str, int], hbm_bytes: float | None,
                 generation: str | None) -> dict:
@@ -329,7 +334,8 @@ class MemoryRequest:
                     param_bytes=DTYPE_BYTES[self.param_dtype], compute_bytes=DTYPE_BYTES[self.dtype],
                     capacity_factor=self.capacity_factor, hbm_bytes=hbm_bytes,
                     generation=generation, output_chunks=self.vocab_chunks,
-                    mlp_chunk_setting=self.mlp_chunks, moe_routing=self.moe_routing)
+                    mlp_chunk_setting=self.mlp_chunks, moe_routing=self.moe_routing,
+                    optimizer_sharding=self.optimizer_sharding)
 
     def resolved_remat(self, mesh: Mapping[str, int], hbm_bytes: float | None,
                        generation: str | None = None) -> str:

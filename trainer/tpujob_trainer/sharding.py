@@ -124,6 +124,37 @@ def param_shardings(abstract_params, mesh: Mesh):
     return nnx.to_pure_dict(mapped) if hasattr(nnx, "to_pure_dict") else mapped.to_pure_dict()
 
 
+def also_over(sharding: NamedSharding, shape: Sequence[int], axis: str) -> NamedSharding:
+    """`sharding` split over the mesh axis `axis` as well: on a dimension it already splits,
+    where the split stays even (each device's part then lies inside its part under `sharding`),
+    else on the first dimension that divides; `sharding` itself where the axis has size 1, is
+    used already, or divides no dimension."""
+    mesh = sharding.mesh
+    size = mesh.shape.get(axis, 1)
+    spec = [() if names is None else (names if isinstance(names, tuple) else (names,))
+            for names in sharding.spec]
+    spec += [()] * (len(shape) - len(spec))
+    if size == 1 or any(axis in names for names in spec):
+        return sharding
+    for dim in sorted(range(len(shape)), key=lambda d: not spec[d]):  # split dimensions first
+        if shape[dim] % (math.prod(mesh.shape[a] for a in spec[dim]) * size) == 0:
+            spec[dim] = spec[dim] + (axis,)
+            while spec and not spec[-1]:
+                spec.pop()
+            return NamedSharding(mesh, PartitionSpec(*(names or None for names in spec)))
+    return sharding
+
+
+def optimizer_over_data(setting: str, mesh: Mesh) -> bool:
+    """Whether the optimizer's state is split over `data` too (`mesh.optimizer_sharding`):
+    `over_data`, or `auto` on a mesh of TPU devices; never where `data` is 1."""
+    if mesh.shape.get("data", 1) == 1:
+        return False
+    if setting == "auto":
+        return mesh.devices.flat[0].platform == "tpu"
+    return setting == "over_data"
+
+
 def batch_sharding(mesh: Mesh, ndim: int = 2) -> NamedSharding:
     """Input batches: rows over the batch axes, the rest replicated."""
     batch_axes = tuple(a for a in LOGICAL_RULES["batch"] if mesh.shape.get(a, 1) > 1)

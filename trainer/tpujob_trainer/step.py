@@ -133,14 +133,15 @@ class StepFns:
 
 
 def build_step_fns(cfg: ModelConfig, tx, schedule, *, seed: int, grad_accum: int, mesh,
-                   batch_shardings: dict[str, Any]) -> StepFns:
-    """Jit init and step with explicit shardings: the state never exists unsharded."""
+                   batch_shardings: dict[str, Any], optimizer_over_data: bool = False) -> StepFns:
+    """Jit init and step with explicit shardings: the state never exists unsharded.
+    `optimizer_over_data`: the optimizer's state split over `data` too (ZeRO-1)."""
     from tpujob_trainer.sharding import param_shardings
 
     graphdef, abs_params = abstract_model(cfg, seed)
     p_shard = param_shardings(abs_params, mesh)
     abs_state = jax.eval_shape(lambda: init_state(cfg, tx, seed))
-    state_shardings = _state_shardings(abs_state, p_shard, mesh)
+    state_shardings = _state_shardings(abs_state, p_shard, mesh, optimizer_over_data)
     init = jax.jit(lambda: init_state(cfg, tx, seed), out_shardings=state_shardings)
     step = jax.jit(
         functools.partial(train_step, graphdef=graphdef, tx=tx, schedule=schedule,
@@ -159,7 +160,7 @@ def step_program(cfg, mesh, model_cfg: ModelConfig) -> tuple[StepFns, dict[str, 
     compile for a TPU topology (`tpujob_trainer.aot`), lower and compile. Call inside
     `sharding.activate(mesh)`."""
     from tpujob_trainer.optim import build_optimizer
-    from tpujob_trainer.sharding import named_sharding
+    from tpujob_trainer.sharding import named_sharding, optimizer_over_data
 
     B, L = cfg.train.global_batch, cfg.train.seq_len
     tx, schedule = build_optimizer(cfg.optimizer, cfg.train.steps)
@@ -167,15 +168,21 @@ def step_program(cfg, mesh, model_cfg: ModelConfig) -> tuple[StepFns, dict[str, 
     stop = named_sharding(("batch",), (B,), mesh)
     fns = build_step_fns(model_cfg, tx, schedule, seed=cfg.train.seed,
                          grad_accum=cfg.train.grad_accum, mesh=mesh,
-                         batch_shardings={"tokens": tokens, "stop": stop})
+                         batch_shardings={"tokens": tokens, "stop": stop},
+                         optimizer_over_data=optimizer_over_data(cfg.mesh.optimizer_sharding,
+                                                                 mesh))
     batch = {"tokens": jax.ShapeDtypeStruct((B, L + 1), jnp.int32, sharding=tokens),
              "stop": jax.ShapeDtypeStruct((B,), jnp.int32, sharding=stop)}
     return fns, batch
 
 
-def _state_shardings(abs_state: State, p_shard, mesh):
+def _state_shardings(abs_state: State, p_shard, mesh, over_data: bool = False):
     """Optimizer-state leaves that mirror a parameter (same path suffix and shape) share its
-    sharding; everything else (counts, scalars) is replicated."""
+    sharding, split over `data` as well where `over_data` (each data-parallel replica then
+    keeps and updates its part, and the step gathers the updated weights); everything else
+    (counts, scalars) is replicated."""
+    from tpujob_trainer.sharding import also_over
+
     replicated = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec())
     by_path = {}
     for path, s in jax.tree_util.tree_flatten_with_path(p_shard)[0]:
@@ -188,7 +195,8 @@ def _state_shardings(abs_state: State, p_shard, mesh):
         for i in range(len(keys)):
             suffix = keys[i:]
             if suffix in by_path and shapes[suffix] == leaf.shape:
-                return by_path[suffix]
+                return (also_over(by_path[suffix], leaf.shape, "data") if over_data
+                        else by_path[suffix])
         return replicated
 
     return {"params": p_shard,

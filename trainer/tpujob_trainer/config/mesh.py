@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from tpujob_plan.mesh import MESH_AXES
@@ -35,6 +37,14 @@ class MeshConfig(BaseModel):
     dcn: dict[str, int] = Field(
         default_factory=dict,
         description="Axis -> size across slices (over DCN), e.g. {data: -1}; empty for one slice.")
+
+    optimizer_sharding: Literal["auto", "as_params", "over_data"] = Field(
+        "auto",
+        description="How the optimizer's state is split. as_params: as its weight is (over "
+                    "fsdp, tensor, ...), whole on every data-parallel replica. over_data: over "
+                    "data as well (ZeRO-1): each replica keeps and updates 1/data of it and the "
+                    "step gathers the updated weights over data. auto: over_data where the step "
+                    "runs on TPU devices and data > 1, as_params elsewhere (CPU, GPU).")
 
     @field_validator("ici")
     @classmethod

@@ -90,7 +90,8 @@ class TrainerConfig(BaseModel):
             grad_accum=self.train.grad_accum, optimizer=self.optimizer.kind,
             param_dtype=m.param_dtype, dtype=m.dtype, remat=m.remat,
             capacity_factor=m.moe.capacity_factor, vocab_chunks=m.vocab_chunks,
-            mlp_chunks=m.mlp_chunks, moe_routing=m.moe.routing)
+            mlp_chunks=m.mlp_chunks, moe_routing=m.moe.routing,
+            optimizer_sharding=self.mesh.optimizer_sharding)
 
     def to_yaml(self) -> str:
         return yaml.safe_dump(self.model_dump(mode="json"), sort_keys=False)
