@@ -315,15 +315,19 @@ MODULES: dict[str, list[str]] = {
                                                 "target_the_mlp_is_two_matmuls_never_chunked_"
                                                 "and_the_same",
                                                 "tests/trainer/test_moe_routing.py"],
-    "trainer/tpujob_trainer/sharding.py": ["tests/trainer/test_attention.py",
+    "trainer/tpujob_trainer/sharding.py": ["tests/trainer/test_optimizer_sharding.py",
+                                           "tests/trainer/test_attention.py",
                                            "tests/trainer/test_aot.py",
                                            "tests/trainer/test_output_loss.py::test_auto_chunks_"
                                            "follow_the_generation_compiled_for"],
     "trainer/tpujob_trainer/aot.py": ["tests/trainer/test_aot_cache.py",
                                       "tests/trainer/test_aot.py"],
     "trainer/tpujob_trainer/aot_cache.py": ["tests/trainer/test_aot_cache.py"],
-    "trainer/tpujob_trainer/step.py": ["tests/trainer/test_loss.py", "tests/trainer/test_model.py",
+    "trainer/tpujob_trainer/step.py": ["tests/trainer/test_optimizer_sharding.py",
+                                       "tests/trainer/test_loss.py", "tests/trainer/test_model.py",
                                        "tests/trainer/test_output_loss.py"],
+    "trainer/tpujob_trainer/config/mesh.py": ["tests/trainer/test_optimizer_sharding.py",
+                                              "tests/trainer/test_config_fields.py"],
     # The output layer by vocabulary chunks: the count (also the HBM estimate's), the chunked
     # loss and its gradients, and the model's loss taking it (the compile test last: slowest).
     "trainer/tpujob_plan/vocab_chunks.py": [

@@ -28,6 +28,12 @@ def _cfg(**sections) -> TrainerConfig:
     return TrainerConfig.from_dict({**TINY, **sections})
 
 
+def _abstract_params(cfg: TrainerConfig):
+    from tpujob_trainer.step import abstract_model
+
+    return abstract_model(cfg.model)[1]
+
+
 @pytest.mark.parametrize("slice_name,slices,devices,kind", [
     ("v6e-8", 1, 8, "TPU v6 lite"),
     ("v5p-8", 1, 4, "TPU v5"),
@@ -71,6 +77,12 @@ def test_two_slices_put_the_dcn_axis_across_them():
                train={"global_batch": 32, "seq_len": 256})
     result = aot.compile_step(cfg, "v6e-8", slices=2)
     assert (result.devices, result.mesh["data"], result.mesh["fsdp"]) == (16, 2, 8)
+    # On a TPU the optimizer's state is split over the slices too (`mesh.optimizer_sharding:
+    # auto`): each device's arguments hold half the AdamW moments they hold split as the weights.
+    whole = aot.compile_step(_cfg(mesh={**cfg.mesh.model_dump(), "optimizer_sharding": "as_params"},
+                                  train=cfg.train.model_dump()), "v6e-8", slices=2)
+    params = sum(a.size for a in jax.tree.leaves(_abstract_params(cfg))) * 4 / 8   # f32, over fsdp
+    assert whole.argument_bytes - result.argument_bytes == pytest.approx(params, rel=0.02)
 
 
 @pytest.mark.parametrize("seq,splash", [(256, True), (200, False)])
