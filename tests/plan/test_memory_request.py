@@ -172,3 +172,17 @@ def test_a_bad_optimizer_sharding_in_the_file_names_the_field(tmp_path):
     path.write_text(yaml.safe_dump({**DOC, "mesh": {"optimizer_sharding": "zero1"}}))
     with pytest.raises(Exception, match=r"mesh\.optimizer_sharding.*'auto'.*'as_params'.*'over_data'"):
         _plan(path)
+
+
+def test_auto_splits_the_optimizer_over_data_only_for_a_tpu_generation():
+    """The trainer's `auto` splits on TPU devices only: a device of no known generation (a GPU's
+    `remat: auto`) is estimated with the state whole on each replica."""
+    from tpujob_plan.model_shape import PRESETS
+
+    r = MemoryRequest(shape=PRESETS["tiny"], global_batch=8, seq_len=64, remat="full")
+    mesh = {"data": 2, "fsdp": 4}
+    tpu = r.estimate(mesh, None, "v6e").breakdown["optimizer"]
+    assert r.estimate(mesh, None).breakdown["optimizer"] == 2 * tpu
+    split = MemoryRequest(shape=PRESETS["tiny"], global_batch=8, seq_len=64, remat="full",
+                          optimizer_sharding="over_data")
+    assert split.estimate(mesh, None).breakdown["optimizer"] == tpu

@@ -215,8 +215,9 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
     slice-name prefix: v5p, v6e, tpu7x) picks the compiler's allowance; unknown: the largest.
     `moe_routing` dropless: k routed rows per token (no capacity), no dispatch or combine
     one-hots, and each MoE layer's experts gathered whole (not split over `expert`).
-    `optimizer_sharding` (the trainer's `mesh.optimizer_sharding`; `auto` is `over_data` on a
-    TPU, which this estimates): over_data splits the optimizer's state over `data` too."""
+    `optimizer_sharding` (the trainer's `mesh.optimizer_sharding`): over_data, and auto for a
+    TPU generation (the trainer's auto splits on TPU devices only), divide the optimizer's
+    state over `data` too."""
     if remat not in REMAT_POLICIES:
         raise ValueError(f"remat must be one of {', '.join(REMAT_POLICIES)}, got {remat!r}")
     if optimizer not in OPTIMIZERS:
@@ -224,6 +225,9 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
     data, fsdp, context = _axis(mesh, "data"), _axis(mesh, "fsdp"), _axis(mesh, "context")
     tensor, expert = _axis(mesh, "tensor"), _axis(mesh, "expert")
     dropless = moe_routing == "dropless"
+    # The trainer's `auto` splits the optimizer's state over data on a TPU only.
+    over_data = optimizer_sharding == "over_data" or (optimizer_sharding == "auto"
+                                                      and generation is not None)
     state_shards = fsdp * context * tensor * expert
     batch_shards = data * fsdp * expert
     notes: list[str] = []
@@ -242,7 +246,7 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
     breakdown = {
         "params": params * param_bytes / state_shards,
         "optimizer": _optimizer_bytes(shape, optimizer) / (
-            state_shards * (1 if optimizer_sharding == "as_params" else data)),
+            state_shards * (data if over_data else 1)),
     }
     if grad_accum > 1:
         breakdown["gradientAccumulator"] = params * FLOAT32 / state_shards
