@@ -326,8 +326,8 @@ MODULES: dict[str, list[str]] = {
     "trainer/tpujob_trainer/step.py": ["tests/trainer/test_optimizer_sharding.py",
                                        "tests/trainer/test_loss.py", "tests/trainer/test_model.py",
                                        "tests/trainer/test_output_loss.py"],
-    "trainer/tpujob_trainer/config/mesh.py": ["tests/trainer/test_optimizer_sharding.py",
-                                              "tests/trainer/test_config_fields.py"],
+    "trainer/tpujob_trainer/config/mesh.py": ["tests/trainer/test_config_fields.py",
+                                              "tests/trainer/test_optimizer_sharding.py"],
     # The output layer by vocabulary chunks: the count (also the HBM estimate's), the chunked
     # loss and its gradients, and the model's loss taking it (the compile test last: slowest).
     "trainer/tpujob_plan/vocab_chunks.py": [
