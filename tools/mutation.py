@@ -315,7 +315,8 @@ MODULES: dict[str, list[str]] = {
                                                 "target_the_mlp_is_two_matmuls_never_chunked_"
                                                 "and_the_same",
                                                 "tests/trainer/test_moe_routing.py"],
-    "trainer/tpujob_trainer/sharding.py": ["tests/trainer/test_optimizer_sharding.py",
+    "trainer/tpujob_trainer/sharding.py": ["tests/trainer/test_model.py::test_shapes_and_dtypes",
+                                           "tests/trainer/test_optimizer_sharding.py",
                                            "tests/trainer/test_attention.py",
                                            "tests/trainer/test_aot.py",
                                            "tests/trainer/test_output_loss.py::test_auto_chunks_"
