@@ -171,10 +171,8 @@ def _lowering_settings():
 
 
 def _lower(cfg: TrainerConfig, slice_name: str, slices: int):
-    """The step lowered for the slice (call under `_lowering_settings`): (lowered, the program's
-    cache key, the first device, the mesh plan, remat)."""
-    import jax
-
+    """The step lowered for the slice (call under `_lowering_settings`): (lowered, the devices,
+    the mesh plan, remat)."""
     devices = topology_devices(slice_name, slices)
     mesh, mesh_plan = build_mesh(cfg.mesh, num_slices=slices, devices=devices)
     remat = resolve_remat(cfg, mesh_plan.axes, device_memory_bytes(devices[0]),
@@ -183,15 +181,21 @@ def _lower(cfg: TrainerConfig, slice_name: str, slices: int):
     with activate(mesh):
         fns, batch = step_program(cfg, mesh, model_cfg)
         lowered = fns.step.lower(fns.abstract_state, batch)
-    name = aot_cache.current_key(lowered.as_text(), slice_name=slice_name, slices=slices,
+    return lowered, devices, mesh_plan, remat
+
+
+def _key(lowered, slice_name: str, slices: int, devices: list) -> str:
+    import jax
+
+    return aot_cache.current_key(lowered.as_text(), slice_name=slice_name, slices=slices,
                                  device_kind=devices[0].device_kind, config=jax.config)
-    return lowered, name, devices, mesh_plan, remat
 
 
 def step_key(cfg: TrainerConfig, slice_name: str, slices: int = 1) -> str:
     """The compile cache's key of the step for the slice (lowers it; compiles nothing)."""
     with _lowering_settings():
-        return _lower(cfg, slice_name, slices)[1]
+        lowered, devices, _, _ = _lower(cfg, slice_name, slices)
+        return _key(lowered, slice_name, slices, devices)
 
 
 def compile_step(cfg: TrainerConfig, slice_name: str, slices: int = 1) -> CompiledStep:
@@ -201,8 +205,9 @@ def compile_step(cfg: TrainerConfig, slice_name: str, slices: int = 1) -> Compil
     shown = slice_name if slices == 1 else f"{slices} x {slice_name}"
     t0 = time.perf_counter()
     with _lowering_settings():
-        lowered, name, devices, mesh_plan, remat = _lower(cfg, slice_name, slices)
+        lowered, devices, mesh_plan, remat = _lower(cfg, slice_name, slices)
         folder = aot_cache.directory()
+        name = _key(lowered, slice_name, slices, devices) if folder else ""
         entry = aot_cache.read(folder, name) if folder else None
         if entry is None:
             entry = _compile(lowered, shown, remat, t0)
