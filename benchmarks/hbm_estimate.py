@@ -119,6 +119,27 @@ def report_allocations(text: str, top: int = 40) -> list[list]:
     return rows[:top]
 
 
+_PEAK = re.compile(r"^\s*Stack trace breakdown for peak usage: ([\d ]+) bytes")
+_SOURCE = re.compile(r"^ {6}[├└]── (.*) \([\d.]+%, total: ([\d ]+) bytes")
+
+
+def peak_sources(text: str, top: int = 25) -> dict:
+    """The moment of the step's peak from XLA's live-range dump: the bytes live then (arguments
+    too) and, by the JAX operation or state leaf that made them, the largest of those values:
+    what the estimate's terms are read against."""
+    peak, sources = None, []
+    for line in text.splitlines():
+        m = _PEAK.match(line)
+        if m:
+            peak = int(m.group(1).replace(" ", ""))
+        elif peak is not None:
+            m = _SOURCE.match(line)
+            if m:
+                sources.append([int(m.group(2).replace(" ", "")), m.group(1)])
+    sources.sort(key=lambda s: -s[0])
+    return {"peak_live_bytes": peak, "peak_sources": sources[:top]} if peak else {}
+
+
 def compile_here(c: dict) -> dict:
     """Compile one config in this process (XLA_FLAGS set by the caller) and read its figures."""
     from tpujob_trainer.aot import compile_step
@@ -154,6 +175,9 @@ def compile_in_subprocess(c: dict) -> dict:
             total = re.search(r"Total bytes: (\d+)", text)
             result["report_total_bytes"] = int(total.group(1)) if total else None
             result["allocations"] = report_allocations(text)
+        live = sorted(Path(dump).glob("*train_step*after_optimizations-live-range.txt"))
+        if live:
+            result.update(peak_sources(live[-1].read_text()))
     result["libtpu"] = version("libtpu")
     return result
 

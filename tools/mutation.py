@@ -340,6 +340,7 @@ MODULES: dict[str, list[str]] = {
     # taking it (the compile test, over the per-mutant timeout, runs in the suite only).
     "trainer/tpujob_plan/mlp_chunks.py": [
         "tests/trainer/test_mlp_chunked.py::test_mlp_chunks",
+        "tests/trainer/test_mlp_chunked.py::test_no_mlp_chunks_where_data_splits_the_batch",
         "tests/plan/test_memory_and_flops.py"],
     "trainer/tpujob_trainer/models/mlp_chunked.py": [
         "tests/trainer/test_mlp_chunked.py::test_chunked_mlp_value_and_gradients_are_the_plain_ones",
@@ -380,6 +381,9 @@ MODULES: dict[str, list[str]] = {
 # Survivors judged equivalent (no test can tell them from the original), with why: (module,
 # the source line as written, the mutation) -> reason. The report counts them apart.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("trainer/tpujob_plan/mlp_chunks.py", 'remat: str = "full", data: int = 1) -> int:',
+     "1 -> 0"):
+        "a `data` of 0 or 1 both leave the batch unsplit: the rule asks `data > 1`",
     ("trainer/tpujob_trainer/models/moe_dropless.py", "TILE = 512", "512 -> 513"):
         "the grouped matmul's tile is a speed choice: any tile gives the same product",
     ("trainer/tpujob_trainer/models/moe_dropless.py", "interpret: bool = False) -> jax.Array:",

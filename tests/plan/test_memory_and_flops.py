@@ -583,8 +583,8 @@ def test_the_layer_backward_counts_one_chunk_of_the_mlp_where_it_is_chunked(rema
 
 def test_where_data_splits_the_batch_the_layer_backward_holds_the_logits_gradient():
     """Two v6e-8 slices (data=2) against one (data=1) at the same tokens per device, the logits
-    unchunked on both: the layer's backward also holds one copy of the logits (their gradient)
-    where `data` splits the batch, as the compiler's report for two slices shows."""
+    and the MLP unchunked on both: the layer's backward also holds one copy of the logits (their
+    gradient) where `data` splits the batch, as the compiler's report for two slices shows."""
     from tpujob_plan.memory import MemoryRequest
     from tpujob_plan.model_shape import ModelShape
 
@@ -593,7 +593,7 @@ def test_where_data_splits_the_batch_the_layer_backward_holds_the_logits_gradien
 
     def estimate(batch, mesh):
         return MemoryRequest(shape=shape, global_batch=batch, seq_len=2048, remat="full",
-                             vocab_chunks=1).estimate(mesh, None, "v6e")
+                             vocab_chunks=1, mlp_chunks=1).estimate(mesh, None, "v6e")
 
     one, two = estimate(32, {"fsdp": 8}), estimate(64, {"fsdp": 8, "data": 2})
     assert one.tokens_per_device == two.tokens_per_device == 8192
@@ -602,17 +602,37 @@ def test_where_data_splits_the_batch_the_layer_backward_holds_the_logits_gradien
         one.breakdown["logits"] / 1.75)
 
 
+def test_where_data_splits_the_batch_auto_counts_the_mlp_unchunked():
+    """The estimate takes the trainer's auto MLP chunks: none where `data` splits the batch (two
+    v6e-8 slices), two on one slice at the same tokens per device."""
+    from tpujob_plan.memory import MemoryRequest
+    from tpujob_plan.model_shape import ModelShape
+
+    shape = ModelShape(vocab_size=32000, d_model=2048, n_layers=16, n_heads=16, n_kv_heads=8,
+                       head_dim=128, mlp_dim=8192)
+
+    def workspace(batch, mesh, chunks):
+        return MemoryRequest(shape=shape, global_batch=batch, seq_len=2048, remat="full",
+                             mlp_chunks=chunks).estimate(mesh, None, "v6e").breakdown["workspace"]
+
+    two_slices = {"fsdp": 8, "data": 2}
+    assert workspace(64, two_slices, "auto") == workspace(64, two_slices, 1)
+    assert workspace(64, two_slices, "auto") > workspace(64, two_slices, 2)
+    assert workspace(32, {"fsdp": 8}, "auto") == workspace(32, {"fsdp": 8}, 2)
+
+
 # The 1.14B model (decoder-1b of benchmarks/tpu_compile.py), remat full, compiled by libtpu
 # 0.0.42.1 for these slices with the MLP chunks and the optimizer's sharding as given
 # (benchmarks/results/tpu_compile.md; the rows on two slices with the optimizer split as the
-# weights, at 1, 4 and auto MLP chunks, measured before `mesh.optimizer_sharding`, listed there
-# too): GiB per device.
+# weights, at 1, 2 and 4 MLP chunks, measured before `mesh.optimizer_sharding`, and the split
+# at 2 chunks, before auto stopped chunking where `data` > 1, listed there too): GiB per device.
 COMPILED_1B = [
     ("v5p", {"fsdp": 4}, 32, 2048, "auto", "auto", 7.83),
     ("v6e", {"fsdp": 8}, 32, 2048, "auto", "auto", 4.10),
     ("v6e", {"fsdp": 8}, 8, 8192, "auto", "auto", 4.11),
-    ("v6e", {"fsdp": 8, "data": 2}, 64, 2048, "auto", "auto", 3.94),
-    ("v6e", {"fsdp": 8, "data": 2}, 64, 2048, "auto", "as_params", 4.67),
+    ("v6e", {"fsdp": 8, "data": 2}, 64, 2048, "auto", "auto", 4.16),
+    ("v6e", {"fsdp": 8, "data": 2}, 64, 2048, 2, "auto", 3.94),
+    ("v6e", {"fsdp": 8, "data": 2}, 64, 2048, 2, "as_params", 4.67),
     ("v6e", {"fsdp": 8, "data": 2}, 64, 2048, 4, "as_params", 4.49),
     ("v6e", {"fsdp": 8, "data": 2}, 64, 2048, 1, "as_params", 4.82),
     # docs/planning.md's `tpujob plan v6e-8 tpu7x-64 ... --compile` example, the tpu7x-64 slice.

@@ -40,6 +40,13 @@ def test_mlp_chunks(tokens, width, platform, remat, want):
     assert mlp_chunks(tokens, width, 2, platform=platform, remat=remat) == want
 
 
+@pytest.mark.parametrize("data, want", [(1, 2), (2, 1), (4, 1)])
+def test_no_mlp_chunks_where_data_splits_the_batch(data, want):
+    """Data parallelism (as across slices): the optimizer's state split over `data` frees more
+    than the chunks would, and their traffic costs (tpujob_plan.mlp_chunks)."""
+    assert mlp_chunks(8192, 8192, 2, data=data) == want
+
+
 def _plain_mlp(x, wg, wu, wo):
     h = (jax.nn.silu(jnp.einsum("bld,df->blf", x, wg)) * jnp.einsum("bld,df->blf", x, wu))
     return jnp.einsum("blf,fd->bld", h.astype(x.dtype), wo)
@@ -188,10 +195,11 @@ def test_compiled_for_a_tpu_the_chunked_mlp_holds_less(monkeypatch):
     ({"fsdp": 8}, (16, 2048), 1),                  # 2 x 2048 tokens x 8192 columns: 64 MiB
     ({"fsdp": 4, "context": 2}, (16, 4096), 2),    # 4 x 2048 tokens: 128 MiB
     ({"fsdp": 2, "tensor": 4}, (8, 8192), 2),      # 4 x 8192 tokens x 2048 columns: 128 MiB
+    ({"data": 2, "fsdp": 4}, (16, 4096), 1),       # 128 MiB, but the batch split over data
 ])
 def test_auto_chunks_count_what_one_device_holds_on_the_mesh_compiled_for(axes, shape, want):
     """`chunks_for` reads one device's tokens (batch over data x fsdp x expert, sequence over
-    context) and MLP columns (over tensor) from the active mesh: the TPU compiler's v6e-8
+    context), MLP columns (over tensor) and `data` from the active mesh: the TPU compiler's v6e-8
     devices, no TPU needed; with no mesh (this CPU), the plain path."""
     from jax.sharding import Mesh
 

@@ -276,7 +276,8 @@ def estimate_memory(shape: ModelShape, *, global_batch: int, seq_len: int,
         shape.dense_mlp_params if shape.n_dense_layers else 0,
         shape.moe_mlp_params / (1 if dropless else expert) if shape.n_moe_layers else 0)
     # Compiled for a TPU under remat full, a dense MLP's backward by chunks of its width.
-    mlp_split = (mlp_chunks(tokens, shape.mlp_dim / tensor, compute_bytes, remat=remat)
+    mlp_split = (mlp_chunks(tokens, shape.mlp_dim / tensor, compute_bytes, remat=remat,
+                            data=data)
                  if mlp_chunk_setting == "auto"
                  else len(chunk_bounds(shape.mlp_dim, mlp_chunk_setting)))
     unit = max(_layer_values_per_token(shape, i, compute_bytes=compute_bytes, tensor=tensor,

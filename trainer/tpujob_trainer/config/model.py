@@ -108,7 +108,8 @@ class ModelConfig(_Frozen):
         "so that the layer's backward holds one chunk's MLP-wide values, not all of them (no "
         "extra FLOPs under remat full; the input read once more per chunk): a count (1: off), or "
         "auto: on a TPU under remat full, once one device's MLP-wide value passes 64 MiB, at "
-        "least 2 chunks of at most 128 MiB each; elsewhere 1.")
+        "least 2 chunks of at most 128 MiB each (not where the batch is split over data); "
+        "elsewhere 1.")
     dtype: Literal["bfloat16", "float32"] = Field("bfloat16", description="Activation (compute) dtype.")
     param_dtype: Literal["float32", "bfloat16"] = Field("float32", description="Parameter dtype.")
 

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 from tpujob_plan.mlp_chunks import mlp_chunks
 from tpujob_plan.vocab_chunks import chunk_bounds
-from tpujob_trainer.sharding import local_splits, shard, target_platform
+from tpujob_trainer.sharding import active_mesh, local_splits, shard, target_platform
 
 F32 = jnp.float32
 
@@ -36,14 +36,16 @@ F32 = jnp.float32
 def chunks_for(x_BxLxD: jax.Array, mlp_dim: int, remat: str, setting: int | str = "auto") -> int:
     """How many chunks a dense MLP's backward takes: the model's `mlp_chunks` setting where it
     is a count, else (auto) `mlp_chunks` for these inputs on the active mesh (the one being
-    compiled for), the remat policy and the compile target."""
+    compiled for: its `data` axis too), the remat policy and the compile target."""
     if setting != "auto":
         return len(chunk_bounds(mlp_dim, int(setting)))
     B, L, _ = x_BxLxD.shape
     splits = local_splits(("batch", "length", "mlp"), (B, L, mlp_dim))
     local = math.ceil(B / splits[0]) * math.ceil(L / splits[1])
+    mesh = active_mesh()
     return mlp_chunks(local, mlp_dim / splits[2], x_BxLxD.dtype.itemsize,
-                      platform=target_platform(), remat=remat)
+                      platform=target_platform(), remat=remat,
+                      data=mesh.shape.get("data", 1) if mesh is not None else 1)
 
 
 def _gate_up(x_BxLxD, w_gate_DxF, w_up_DxF):
