@@ -17,11 +17,13 @@ input and its gradient read once per chunk); in 2 chunks of positions instead, 4
 31.2 GB.
 
 Not where the mesh's `data` axis splits the batch (data parallelism, as across slices): there the
-trainer's `auto` splits the optimizer's state over `data` too, which frees more than the chunks
-would, and the chunks' extra traffic is what the step cannot afford. The 1.14B model on two v6e-8
-slices (64 x 2048, the optimizer's state over `data`), compiled in one window: 3.95 GiB per
-device and 37.8 GB accessed in 2 chunks, 4.16 GiB and 35.6 GB unchunked (MaxText's step: 4.82
-GiB, 37.7 GB).
+trainer's `auto` splits the optimizer's state over `data` too (`mesh.optimizer_sharding`), which
+freed more than the chunks do, and the chunks' traffic is what took the step over MaxText's.
+The 1.14B model on two v6e-8 slices (64 x 2048, the optimizer's state over `data`), compiled in
+one window: 3.95 GiB per device and 37.8 GB accessed in 2 chunks, 4.16 GiB and 35.6 GB
+unchunked (MaxText's step: 4.82 GiB, 37.7 GB). With the optimizer's state kept as the weights
+(`as_params`) the chunks would save 0.15 GiB there (4.82 -> 4.67); auto does not chunk either
+way, a count in `model.mlp_chunks` does.
 """
 
 from __future__ import annotations
