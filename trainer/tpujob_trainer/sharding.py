@@ -78,6 +78,11 @@ def active_mesh() -> Mesh | None:
     return _active_mesh
 
 
+def active_axis(name: str) -> int:
+    """The size of the active mesh's axis `name` (1 outside an `activate` block)."""
+    return _active_mesh.shape.get(name, 1) if _active_mesh is not None else 1
+
+
 def target_platform() -> str:
     """The platform the code being traced will run on: that of the active mesh's devices (a
     TPU topology compiled for on a CPU machine is "tpu"), else JAX's default backend."""

@@ -28,7 +28,7 @@ import jax.numpy as jnp
 
 from tpujob_plan.mlp_chunks import mlp_chunks
 from tpujob_plan.vocab_chunks import chunk_bounds
-from tpujob_trainer.sharding import active_mesh, local_splits, shard, target_platform
+from tpujob_trainer.sharding import active_axis, local_splits, shard, target_platform
 
 F32 = jnp.float32
 
@@ -42,10 +42,8 @@ def chunks_for(x_BxLxD: jax.Array, mlp_dim: int, remat: str, setting: int | str 
     B, L, _ = x_BxLxD.shape
     splits = local_splits(("batch", "length", "mlp"), (B, L, mlp_dim))
     local = math.ceil(B / splits[0]) * math.ceil(L / splits[1])
-    mesh = active_mesh()
     return mlp_chunks(local, mlp_dim / splits[2], x_BxLxD.dtype.itemsize,
-                      platform=target_platform(), remat=remat,
-                      data=mesh.shape.get("data", 1) if mesh is not None else 1)
+                      platform=target_platform(), remat=remat, data=active_axis("data"))
 
 
 def _gate_up(x_BxLxD, w_gate_DxF, w_up_DxF):

@@ -30,7 +30,7 @@ import jax.numpy as jnp
 
 from tpujob_plan.generations import generation_for_device_kind
 from tpujob_plan.vocab_chunks import chunk_bounds, vocab_chunks
-from tpujob_trainer.sharding import active_mesh, local_splits, shard, target_platform
+from tpujob_trainer.sharding import active_axis, active_mesh, local_splits, shard, target_platform
 
 
 def _logits(x_BxLxD, w_DxC):
@@ -113,8 +113,8 @@ def chunks_for(x_BxLxD: jax.Array, vocab: int, setting: int | str = "auto") -> i
     splits = local_splits(("batch", "length", "vocab"), (B, L, vocab))
     local = math.ceil(B / splits[0]) * math.ceil(L / splits[1])
     mesh = active_mesh()
-    data = mesh.shape.get("data", 1) if mesh is not None else 1
     kind = generation_for_device_kind(mesh.devices.flat[0].device_kind) if mesh is not None else None
     generation = kind.prefix if kind else None
     return vocab_chunks(vocab, local, x_BxLxD.dtype.itemsize, platform=target_platform(),
-                        vocab_split=splits[2], data=data, generation=generation)
+                        vocab_split=splits[2], data=active_axis("data"),
+                        generation=generation)
