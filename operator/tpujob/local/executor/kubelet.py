@@ -275,28 +275,32 @@ class Kubelet:
         Path(workdir).mkdir(parents=True, exist_ok=True)
         c.term_path.write_bytes(b"")
         c.log_path = c.dir / f"{c.restart_count}.log"
-        # Output goes through a pipe, as to a container runtime, so that each line's time is
-        # recorded (for `kubectl logs --timestamps` and `--since`).
+        # Output goes through a pipe per stream, as to a container runtime, so that each line's
+        # time is recorded (for `kubectl logs --timestamps` and `--since`) and a line of one
+        # stream is never cut by the other's (containerlog.py).
         command = [executable, *argv[1:]]
         if self.settings.pod_hosts and can_bind_hosts():
             hosts = c.dir / "hosts"
             hosts.write_text(build_hosts_file(read_machine_hosts(),
                                               self.network.hosts_entries(run.key[0])))
             command = wrap_with_hosts(command, str(hosts))
-        read_end, write_end = os.pipe()
+        (out_read, out_write), (err_read, err_write) = os.pipe(), os.pipe()
         try:
             c.proc = popen_tied(command, cwd=workdir, env=env,
-                                stdin=subprocess.DEVNULL, stdout=write_end,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stdin=subprocess.DEVNULL, stdout=out_write,
+                                stderr=err_write, start_new_session=True)
         except OSError as err:
-            os.close(read_end)
+            os.close(out_read)
+            os.close(err_read)
             c.terminated = {"exitCode": 128, "reason": "StartError",
                             "startedAt": format_time(now), "finishedAt": format_time(now),
                             "message": f"failed to start {argv[0]!r}: {err}"}
             return
         finally:
-            os.close(write_end)
-        c._pump = threading.Thread(target=containerlog.pump, args=(read_end, c.log_path),
+            os.close(out_write)
+            os.close(err_write)
+        c._pump = threading.Thread(target=containerlog.pump,
+                                   args=((out_read, err_read), c.log_path),
                                    daemon=True, name=f"log-{c.proc.pid}")
         c._pump.start()
         c.started_at = now
