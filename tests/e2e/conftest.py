@@ -161,6 +161,15 @@ def is_alive(pid: int) -> bool:
         return False
 
 
+def command_line(process: psutil.Process) -> str:
+    """A process's command line, "" once it is gone (a child listed a moment ago may have
+    ended since: a short-lived helper, or a zombie whose command line is empty)."""
+    try:
+        return " ".join(process.cmdline())
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return ""
+
+
 def stop_tree(proc: subprocess.Popen, timeout: float = 30) -> None:
     """After a failed test: SIGTERM `proc` (so it stops what it started), wait, then SIGKILL
     it and whatever of its descendants is left."""

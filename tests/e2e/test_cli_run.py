@@ -18,7 +18,7 @@ import psutil
 import pytest
 import yaml
 
-from tests.e2e.conftest import ROOT, stand_in, stop_tree
+from tests.e2e.conftest import ROOT, command_line, stand_in, stop_tree
 from tests.e2e.test_failures import OUT_OF_MEMORY, SLEEP
 from tests.support.apiserver import wait_for
 
@@ -114,11 +114,11 @@ def test_sigterm_mid_run_stops_everything(tmp_path):
 
         def descendants():
             kids = parent.children(recursive=True)
-            trainers = [k for k in kids if "time.sleep" in " ".join(k.cmdline())]
+            trainers = [k for k in kids if "time.sleep" in command_line(k)]
             return kids if len(trainers) == 2 and any(line.startswith("sleeper  Running")
                                                       for line in out) else None
         kids = wait_for(descendants, timeout=90, interval=0.2, message="both hosts running")
-        assert any("tpujob.local.session.gcs" in " ".join(k.cmdline()) for k in kids)
+        assert any("tpujob.local.session.gcs" in command_line(k) for k in kids)
         proc.send_signal(signal.SIGTERM)
         started = time.monotonic()
         assert proc.wait(timeout=60) == 128 + signal.SIGTERM

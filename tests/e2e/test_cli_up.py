@@ -18,7 +18,7 @@ import pytest
 import requests
 import yaml
 
-from tests.e2e.conftest import stand_in, stop_tree
+from tests.e2e.conftest import command_line, stand_in, stop_tree
 from tests.support.apiserver import wait_for
 from tests.support.ci_skips import in_ci
 
@@ -122,10 +122,10 @@ def test_up_serves_kubectl_until_sigint(tmp_path, control_plane):
 
         def running():
             kids = parent.children(recursive=True)
-            sleepers = [k for k in kids if "time.sleep(300)" in " ".join(k.cmdline())]
+            sleepers = [k for k in kids if "time.sleep(300)" in command_line(k)]
             return kids if len(sleepers) == 2 and kubectl.phase("sleeper") == "Running" else None
         kids = wait_for(running, timeout=60, interval=0.2, message="the second job to run")
-        assert any("tpujob.local.session.gcs" in " ".join(k.cmdline()) for k in kids)
+        assert any("tpujob.local.session.gcs" in command_line(k) for k in kids)
         proc.send_signal(signal.SIGINT)
         assert proc.wait(timeout=60) == 0
     finally:
