@@ -2,16 +2,19 @@
 container, an emptyDir shared with the container, restartPolicy OnFailure (a restart in place,
 with the previous run's log kept), stdout's and stderr's lines in the log never cut by each
 other, env from a Secret and a ConfigMap, `$(VAR)` in args, a ConfigMap volume with items and
-subPath, and a container whose program does not exist."""
+subPath, a container whose program does not exist, and one that leaves a process running in a
+session of its own (killed with it, as a runtime's cgroup is)."""
 
 from __future__ import annotations
 
 import base64
+import os
+import signal
 import sys
 
 import pytest
 
-from tests.executor.conftest import JOBSETS, condition, unique
+from tests.executor.conftest import JOBSETS, condition, is_alive, unique
 from tests.support.apiserver import wait_for
 
 pytestmark = pytest.mark.integration
@@ -103,3 +106,35 @@ def test_a_missing_program_fails_the_pod_with_start_error(cluster, executor_fact
     assert "no-such-program-here" in terminated["message"]
     wait_for(lambda: not cluster.jobs(name) or condition(cluster.jobs(name)[0], "Failed"),
              message="the Job to fail")
+
+
+# Leaves a sleeper in a session of its own (as torchrun starts its workers), holding the
+# container's stdout, and exits.
+DETACH = """
+import subprocess, sys
+p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(600)'],
+                     start_new_session=True)
+print(p.pid, flush=True)
+"""
+
+
+def test_what_a_container_leaves_running_ends_with_it(cluster, executor_factory):
+    name = unique("leftover")
+    main = {"name": "main", "image": "app", "command": [sys.executable, "-c", DETACH]}
+    body = _jobset(name, [main])
+    body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"].update(
+        restartPolicy="Never", volumes=[])
+    assert cluster.kube.request("POST", cluster.path(JOBSETS), json=body).status_code == 201
+    executor = executor_factory()
+    done = cluster.wait_jobset(name, lambda j: j.get("status", {}).get("terminalState"),
+                               message="the JobSet to finish")
+    assert done["status"]["terminalState"] == "Completed"
+    (pod,) = cluster.pods(name)
+    sleeper = int(executor.read_log(cluster.namespace, pod["metadata"]["name"]))
+    try:
+        # Killed when the container's main process ended, though not in its process group.
+        wait_for(lambda: not is_alive(sleeper), timeout=10, interval=0.05,
+                 message="the process the container left behind to end")
+    finally:
+        if is_alive(sleeper):
+            os.kill(sleeper, signal.SIGKILL)

@@ -7,7 +7,8 @@ termination message file and a log file (stdout and stderr together, one file pe
 Container paths in command, args and env values are mapped to those host paths, and pod DNS
 names to addresses. Processes run in a process group of their own, so that stopping a
 container stops everything it started: SIGTERM, then SIGKILL when the (scaled) grace period is
-over.
+over; when a container's main process ends, what it left running is killed, in its process
+group or not (`leftovers`, a runtime's cgroup).
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 from tpujob.local import containerlog
 from tpujob.local.apiserver.podlogs import ContainerLog, LogUnavailable
 
-from . import keys
+from . import keys, leftovers
 from .container_env import (
     apply_local_overrides,
     build_start_error_message,
@@ -313,7 +314,12 @@ class Kubelet:
 
     def _record_exit(self, run: PodRun, c: ContainerRun, now: float) -> None:
         code = exit_code_of(c.proc.returncode)
-        _signal_group(c.proc, signal.SIGKILL)  # whatever the container left behind goes too
+        # Whatever the container left behind goes too, in its process group or not.
+        _signal_group(c.proc, signal.SIGKILL)
+        left = leftovers.kill_marked(_marker(run, c))
+        if left:
+            log.info("pod %s/%s container %s: killed %d process(es) it left running: %s",
+                     *run.key, c.name, len(left), left)
         _close_log(c)
         message = _read_text(c.term_path, keys.TERMINATION_MESSAGE_MAX_BYTES)
         policy = c.spec.get("terminationMessagePolicy", "File")
@@ -376,7 +382,9 @@ class Kubelet:
         for k, v in env.items():
             if base.get(k) != v:
                 env[k] = self.network.rewrite(ns, paths.apply(v))
-        return apply_local_overrides(env, run.ip, str(c.term_path), self.settings)
+        env = apply_local_overrides(env, run.ip, str(c.term_path), self.settings)
+        env[leftovers.MARKER] = _marker(run, c)
+        return env
 
     def _owner_job(self, pod: dict[str, Any]) -> dict[str, Any] | None:
         for ref in meta(pod).get("ownerReferences") or []:
@@ -425,6 +433,10 @@ class Kubelet:
             return [{"namespace": run.key[0], "pod": run.key[1], "uid": uid(run.pod),
                      "container": c.name, "pid": c.proc.pid, "ip": run.ip}
                     for run in self.runs.values() for c in run.live()]
+
+
+def _marker(run: PodRun, c: ContainerRun) -> str:
+    return leftovers.marker_value(uid(run.pod), c.name, c.restart_count)
 
 
 def _signal_group(proc: subprocess.Popen | None, sig: int) -> None:
