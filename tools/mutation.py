@@ -137,7 +137,8 @@ MODULES: dict[str, list[str]] = {
         "tests/trainer/test_lifeline.py::test_a_failed_collective_waits_for_the_account_that_"
         "names_the_lost_peer",
         "tests/trainer/test_cli.py"],
-    "operator/tpujob/planning.py": ["tests/plan/test_memory_request.py",
+    "operator/tpujob/planning.py": ["tests/plan/test_params_shorthand.py",
+                                    "tests/plan/test_memory_request.py",
                                     "tests/builders/test_job_file_fields.py",
                                     "tests/plan/test_layers.py", *GPU_TESTS],
     "operator/tpujob/local/session/run.py": ["tests/builders/test_job_file_fields.py"],
@@ -386,6 +387,29 @@ MODULES: dict[str, list[str]] = {
 # Survivors judged equivalent (no test can tell them from the original), with why: (module,
 # the source line as written, the mutation) -> reason. The report counts them apart.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("operator/tpujob/planning.py", "@dataclass(frozen=True)", "True -> False"):
+        "nothing assigns to, hashes or compares these requests and results after they are made",
+    **{("operator/tpujob/planning.py", line, change):
+       "a default every caller gives (PlanRequest.from_cli, plan_one)"
+       for line, change in (("grad_accum: int = 1", "1 -> 0"),
+                            ("capacity_factor: float = 1.25", "1.25 -> 1.875"),
+                            ("slices: int = 1", "1 -> 0"),
+                            ("mesh_requested: bool = False", "False -> True"))},
+    ("operator/tpujob/planning.py",
+     "assert self.plan is not None and self.model is not None", "and -> or"):
+        "an assertion of what its one caller (to_dict, under `memory is not None and model is "
+        "not None` of a planned slice) guarantees",
+    **{("operator/tpujob/planning.py", "for d in range(128, 65536 + 1, 128):", change):
+       "the loop ends past the count asked, which is at most 10T: width 46208"
+       for change in ("+ -> -", "1 -> 0", "65536 -> 65537")},
+    ("operator/tpujob/planning.py", "heads = max(1, d // 128)", "1 -> 0"):
+        "every width is at least 128, so d // 128 is at least 1",
+    ("operator/tpujob/planning.py",
+     "n_kv_heads=max(1, heads // 4) if heads >= 4 else heads,", "1 -> 0"):
+        "taken only where heads >= 4, so heads // 4 is at least 1",
+    ("operator/tpujob/planning.py", "if shape.total_params > target:", "> -> >="):
+        "a width whose count is the target exactly is the nearest: stopping there or one width "
+        "later chooses the same",
     ("operator/tpujob/local/executor/leftovers.py", "ROUNDS = 5", "5 -> 6"):
         "a bound on kill rounds for processes started while others are killed: one more round "
         "finds nothing more where the first found all",

@@ -317,15 +317,11 @@ def plan_many(slice_names: list[str], request: PlanRequest) -> list[SliceResult]
     return [plan_one(name, request) for name in slice_names]
 
 
-def load_model(ref: str) -> tuple[ModelShape, str, int | None, int | None]:
-    """A preset name, or a YAML file: a trainer config (its `model:` and `train:` sections) or
-    a bare model section. Returns (shape, label, global batch, sequence length)."""
-    return load_model_file(ref)[:4]
-
-
 def load_model_file(ref: str) -> tuple[ModelShape, str, int | None, int | None, dict[str, Any]]:
-    """`load_model`, and what the file says of the model's numbers (param_dtype, dtype, MoE
-    capacity_factor and routing), as ModelRequest keywords (empty for a preset)."""
+    """A preset name, or a YAML file: a trainer config (its `model:` and `train:` sections) or
+    a bare model section. Returns (shape, label, global batch, sequence length, and what the
+    file says of the model's numbers (param_dtype, dtype, MoE capacity_factor and routing), as
+    ModelRequest keywords: empty for a preset)."""
     from tpujob_trainer.config.model import ModelConfig
 
     if ref in PRESETS:

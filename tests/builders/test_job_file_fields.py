@@ -126,11 +126,16 @@ def test_an_unknown_trainer_config_key_says_what_it_was_probably_meant_to_be(con
     assert verdict.reason == "ConfigError" and says in verdict.message
 
 
-def test_plan_names_what_an_unknown_model_key_was_probably_meant_to_be(tmp_path):
-    from tpujob.planning import PlanError, load_model
+@pytest.mark.parametrize(("text", "says"), [
+    ("model: {d_modle: 128}\n", "model.d_modle: unknown key; did you mean model.d_model?"),
+    ("model: {moe: {num_expertz: 4}}\n",
+     "model.moe.num_expertz: unknown key; did you mean model.moe.num_experts?"),
+])
+def test_plan_names_what_an_unknown_model_key_was_probably_meant_to_be(tmp_path, text, says):
+    from tpujob.planning import PlanError, load_model_file
 
     path = tmp_path / "model.yaml"
-    path.write_text("model: {d_modle: 128}\n")
+    path.write_text(text)
     with pytest.raises(PlanError) as err:
-        load_model(str(path))
-    assert "model.d_modle: unknown key; did you mean model.d_model?" in err.value.message
+        load_model_file(str(path))
+    assert says in err.value.message

@@ -82,6 +82,8 @@ def test_json(capsys):
     (["a3-megagpu-8g", "--nodes", "0"], "--nodes: nodes must be a whole number from 1 to 1024"),
     (["v6e-8", "--launcher", "torchrun"], "--launcher: launcher torchrun starts processes"),
     (["a3-megagpu-8g", "--machine-type", "x"], "--machine-type: a3-megagpu-8g is itself"),
+    (["v9z-8"], "error: unknown TPU generation 'v9z' in 'v9z-8'; known: v4, v5litepod, v5e, "
+     "v5p, v6e, tpu7x"),
 ])
 def test_refusals_name_the_option(capsys, args, says):
     code, _, err = _plan(capsys, *args)
@@ -198,3 +200,60 @@ def test_zero_refusals_name_the_option(capsys, args, says):
     code, _, err = _plan(capsys, *args)
     assert code == 2
     assert says in err
+
+
+def test_hbm_per_chip_and_per_device_in_gib(capsys):
+    """The generations' HBM as Google's pages give it (tpu7x 192 GiB per chip of 2 devices,
+    v5p 95 GiB, v6e 32 GB), in GiB to three places."""
+    code, out, err = _plan(capsys, "tpu7x-8", "v5p-8", "v6e-8", "-o", "json")
+    assert code == 0, err
+    assert [(p["name"], p["hbmPerChipGiB"], p["hbmPerDeviceGiB"]) for p in json.loads(out)] == [
+        ("tpu7x-8", 192.0, 96.0), ("v5p-8", 95.0, 95.0),
+        ("v6e-8", round(32e9 / 2**30, 3), round(32e9 / 2**30, 3))]
+
+
+@pytest.mark.parametrize(("args", "mesh"), [
+    (["v6e-8"], False),
+    (["v6e-8", "--params", "1B"], False),       # planned for the memory, not asked for
+    (["v6e-8", "--ici", "fsdp=-1"], True),
+    (["v6e-16", "--slices", "2", "--dcn", "data=2"], True),
+    (["v6e-8", "--params", "1B", "--ici", "fsdp=8"], True),
+])
+def test_the_mesh_is_in_the_json_where_one_was_asked_for(capsys, args, mesh):
+    code, out, err = _plan(capsys, *args, "-o", "json")
+    assert code == 0, err
+    (plan,) = json.loads(out)
+    assert ("mesh" in plan) == mesh
+    assert ("memory" in plan) == ("--params" in args)
+
+
+# (vocab, d_model, heads, mlp_dim) -> the largest module as DeepSpeed's estimator counts it.
+@pytest.mark.parametrize(("vocab", "d_model", "heads", "mlp", "largest"), [
+    (32000, 1024, 8, 4096, 32000 * 1024),     # the embedding
+    (512, 1024, 8, 4096, 1024 * 4096),        # an MLP projection, wider than the embedding
+    (512, 1024, 64, 2048, 1024 * 64 * 128),   # the attention's query projection
+])
+def test_the_largest_layer_is_the_widest_module(capsys, tmp_path, vocab, d_model, heads, mlp,
+                                                largest):
+    model = tmp_path / "m.yaml"
+    model.write_text(json.dumps({"model": {
+        "vocab_size": vocab, "d_model": d_model, "n_layers": 2, "n_heads": heads,
+        "n_kv_heads": heads, "head_dim": 128, "mlp_dim": mlp}}))
+    code, out, err = _plan(capsys, "a3-megagpu-8g", "--launcher", "torchrun", "--model",
+                           str(model), "--zero", "3", "-o", "json")
+    assert code == 0, err
+    (plan,) = json.loads(out)
+    assert plan["modelStates"]["largestLayerParameters"] == largest
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["v6e-8", "--ici", "fsdp=x"], "error: --ici: size of 'fsdp' must be a whole number or -1, "
+     "got 'x'\n"),
+    (["v6e-8", "--dcn", "data"], "error: --dcn: expected AXIS=SIZE, got 'data'\n"),
+    (["v6e-8", "--params", "lots"], "error: --params: expected a parameter count such as 8B, "
+     "350M or 1.5e9, got 'lots'\n"),
+])
+def test_a_refused_request_names_its_option_once(capsys, args, says):
+    code, _, err = _plan(capsys, *args)
+    assert code == 2
+    assert err == says

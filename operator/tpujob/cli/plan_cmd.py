@@ -81,7 +81,10 @@ def run(args: argparse.Namespace) -> int:
     try:
         request = PlanRequest.from_cli(args)
     except PlanError as err:
-        print(f"error: {err.field}: {err.message}", file=sys.stderr)
+        # The option once: some planners' messages already begin with it (`--ici: ...`).
+        named = err.message.startswith(f"{err.field}:")
+        print(f"error: {err.message if named else f'{err.field}: {err.message}'}",
+              file=sys.stderr)
         return 2
     if args.compile and request.model is None:
         print("error: --compile: needs a model to compile (--model FILE|PRESET or --params N)",
