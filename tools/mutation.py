@@ -80,6 +80,8 @@ MODULES: dict[str, list[str]] = {
     "operator/tpujob/builders/launchers.py": GPU_TESTS,
     "operator/tpujob/builders/gpu_network.py": GPU_TESTS,
     "operator/tpujob/cli/plan_render.py": GPU_TESTS + ["tests/plan/test_plan_cli.py"],
+    "operator/tpujob/cli/plan_cmd.py": ["tests/plan/test_plan_output.py",
+                                        "tests/plan/test_params_shorthand.py"],
     "operator/tpujob/controller/log_failures.py": ["tests/progress/test_gpu_log_formats_unit.py"],
     "operator/tpujob/builders/fingerprint.py": BUILDER_TESTS,
     "operator/tpujob/builders/jobset.py": BUILDER_TESTS,

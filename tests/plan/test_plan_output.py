@@ -207,6 +207,7 @@ def test_hbm_per_chip_and_per_device_in_gib(capsys):
     v5p 95 GiB, v6e 32 GB), in GiB to three places."""
     code, out, err = _plan(capsys, "tpu7x-8", "v5p-8", "v6e-8", "-o", "json")
     assert code == 0, err
+    assert out.startswith('[\n  {\n    "name": "tpu7x-8",\n')   # indented by two
     assert [(p["name"], p["hbmPerChipGiB"], p["hbmPerDeviceGiB"]) for p in json.loads(out)] == [
         ("tpu7x-8", 192.0, 96.0), ("v5p-8", 95.0, 95.0),
         ("v6e-8", round(32e9 / 2**30, 3), round(32e9 / 2**30, 3))]
@@ -252,6 +253,8 @@ def test_the_largest_layer_is_the_widest_module(capsys, tmp_path, vocab, d_model
     (["v6e-8", "--dcn", "data"], "error: --dcn: expected AXIS=SIZE, got 'data'\n"),
     (["v6e-8", "--params", "lots"], "error: --params: expected a parameter count such as 8B, "
      "350M or 1.5e9, got 'lots'\n"),
+    (["v6e-8", "--compile"], "error: --compile: needs a model to compile (--model FILE|PRESET "
+     "or --params N)\n"),
 ])
 def test_a_refused_request_names_its_option_once(capsys, args, says):
     code, _, err = _plan(capsys, *args)
