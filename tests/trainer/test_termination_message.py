@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import re
+import threading
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,25 @@ def test_hooks_add_their_fields_and_a_failing_one_is_skipped(tmp_path, monkeypat
     write_termination_message(Reason.PREEMPTED, "SIGTERM", {envvars.TERMINATION_LOG: str(path)})
     assert json.loads(path.read_text()) == {"reason": "Preempted", "message": "SIGTERM",
                                             "ended_as": "Preempted", "then": 1}
+
+
+def test_an_account_written_last_before_exit_is_never_replaced(tmp_path, monkeypatch):
+    """A watcher thread's account (written `final`, right before os._exit) keeps the file: the
+    main thread's, coming after, waits rather than writing over it (two writers of one file
+    each from offset 0 left the longer one's tail after the shorter's line)."""
+    monkeypatch.setattr(exits, "_ENDING_HOOKS", {})
+    monkeypatch.setattr(exits, "_ACCOUNT_LOCK", threading.Lock())
+    path = tmp_path / "term"
+    env = {envvars.TERMINATION_LOG: str(path)}
+    write_termination_message(Reason.INTERNAL_ERROR, "an earlier account, replaced", env)
+    write_termination_message(Reason.PEER_LOST, "process 1 vanished", env, final=True)
+    main = threading.Thread(target=write_termination_message,
+                            args=(Reason.INTERNAL_ERROR, "x" * 500, env), daemon=True)
+    main.start()
+    main.join(0.5)   # blocked on the kept lock: the process would have ended by now
+    assert main.is_alive()
+    assert json.loads(path.read_text()) == {"reason": "PeerLost",
+                                            "message": "process 1 vanished"}
+    exits._ACCOUNT_LOCK.release()   # as if the process had not ended: the main's goes in whole
+    main.join(10)
+    assert json.loads(path.read_text())["message"] == "x" * 500

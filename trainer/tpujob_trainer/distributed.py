@@ -97,7 +97,7 @@ def _leave(reason: Reason, message: str) -> None:
     caller's account is the one written: the lock is never released, the process ends."""
     _exit_lock.acquire()
     _leaving.set()
-    write_termination_message(reason, message)
+    write_termination_message(reason, message, final=True)
     print(f"tpujob-train: {reason.value}: {message}", file=sys.stderr, flush=True)
     sys.stdout.flush()
     os._exit(EXIT_CODES[reason])

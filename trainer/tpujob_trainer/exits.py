@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Callable
 
 from tpujob_trainer import env as envvars
@@ -54,6 +55,10 @@ def termination_log_path(env: dict[str, str] | None = None) -> str | None:
 # termination message (the goodput timeline writes its record here: see telemetry/timeline.py;
 # the loop adds process 0's final progress). One hook per name: a later one replaces it.
 _ENDING_HOOKS: dict[str, Callable[[Reason], dict]] = {}
+# One account written at a time, whole: the main thread's ending and a watcher thread's
+# (distributed._leave) may come at the same moment, and two writers of one file, each from
+# offset 0, leave the longer one's tail after the shorter one's line.
+_ACCOUNT_LOCK = threading.Lock()
 
 
 def on_ending(name: str, hook: Callable[[Reason], dict]) -> None:
@@ -88,8 +93,11 @@ def build_termination_line(reason: Reason, message: str, extra: dict) -> str:
     return line(short, extra)
 
 
-def write_termination_message(reason: Reason, message: str, env: dict[str, str] | None = None) -> None:
-    """One JSON line `{"reason", "message", ...}` (see build_termination_line)."""
+def write_termination_message(reason: Reason, message: str, env: dict[str, str] | None = None,
+                              *, final: bool = False) -> None:
+    """One JSON line `{"reason", "message", ...}` (see build_termination_line). `final`: the
+    process ends right after, from this thread (os._exit): no other thread's account may
+    replace this one, so the write's lock is kept (another writer waits until the end)."""
     extra: dict = {}
     for hook in list(_ENDING_HOOKS.values()):
         try:
@@ -102,8 +110,12 @@ def write_termination_message(reason: Reason, message: str, env: dict[str, str] 
     if path is None:
         return
     line = build_termination_line(reason, message, extra)
+    _ACCOUNT_LOCK.acquire()
     try:
         with open(path, "w") as f:
             f.write(line)
     except OSError:
         pass  # the exit code still tells the operator what happened
+    finally:
+        if not final:
+            _ACCOUNT_LOCK.release()
