@@ -2,8 +2,9 @@
 container, an emptyDir shared with the container, restartPolicy OnFailure (a restart in place,
 with the previous run's log kept), stdout's and stderr's lines in the log never cut by each
 other, env from a Secret and a ConfigMap, `$(VAR)` in args, a ConfigMap volume with items and
-subPath, a container whose program does not exist, and one that leaves a process running in a
-session of its own (killed with it, as a runtime's cgroup is)."""
+subPath, a container whose program does not exist, one that leaves a process running in a
+session of its own (killed with it, as a runtime's cgroup is), and a stopped container whose
+main process alone gets SIGTERM (as a runtime sends it to PID 1)."""
 
 from __future__ import annotations
 
@@ -138,3 +139,60 @@ def test_what_a_container_leaves_running_ends_with_it(cluster, executor_factory)
     finally:
         if is_alive(sleeper):
             os.kill(sleeper, signal.SIGKILL)
+
+
+TERM_ONLY_MAIN = """
+import os, signal, subprocess, sys
+CHILD = ("import signal, sys, time\\n"
+         "def term(*_):\\n"
+         "    print('child got SIGTERM', flush=True); sys.exit(0)\\n"
+         "signal.signal(signal.SIGTERM, term)\\n"
+         "print('child ready', flush=True)\\n"
+         "while True: time.sleep(3600)\\n")
+child = subprocess.Popen([sys.executable, '-c', CHILD])   # the container's process group
+def term(*_):
+    print('main got SIGTERM', flush=True)
+    child.wait()   # ends when the child ends: at once if it got SIGTERM too
+    sys.exit(0)
+signal.signal(signal.SIGTERM, term)
+print('main ready', os.getpid(), child.pid, flush=True)
+child.wait()
+"""
+
+
+def test_a_stopped_container_s_main_process_alone_gets_sigterm(cluster, executor_factory):
+    """As a runtime sends the stop signal to a container's main process (its PID 1), not to every
+    process in it: what the main process started gets SIGTERM only if the main process passes it
+    on, and is SIGKILLed with the rest when the grace period ends. (A shell wrapper that does not
+    `exec` its program, or passes no signal on, lets the program die without its SIGTERM handler
+    on a cluster: local mode does the same.)"""
+    name = unique("sigterm")
+    main = {"name": "main", "image": "app", "command": [sys.executable, "-c", TERM_ONLY_MAIN]}
+    body = _jobset(name, [main])
+    body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"].update(
+        restartPolicy="Never", volumes=[])
+    assert cluster.kube.request("POST", cluster.path(JOBSETS), json=body).status_code == 201
+    executor = executor_factory()
+    pod = wait_for(lambda: next(iter(cluster.pods(name)), None), timeout=60, interval=0.1,
+                   message="the pod")
+    pod_name = pod["metadata"]["name"]
+
+    def ready() -> list[int] | None:
+        text = executor.read_log(cluster.namespace, pod_name)
+        if "child ready" not in text:
+            return None
+        line = next(x for x in text.splitlines() if x.startswith("main ready"))
+        return [int(x) for x in line.split()[2:]]
+
+    pids = wait_for(ready, timeout=60, interval=0.05, message="both processes to be ready")
+    try:
+        executor.disrupt(cluster.namespace, pod_name)
+        wait_for(lambda: not any(is_alive(p) for p in pids), timeout=30, interval=0.05,
+                 message="the container's processes to end")
+        text = executor.read_log(cluster.namespace, pod_name)
+        assert "main got SIGTERM" in text, text
+        assert "child got SIGTERM" not in text, text
+    finally:
+        for p in pids:
+            if is_alive(p):
+                os.kill(p, signal.SIGKILL)

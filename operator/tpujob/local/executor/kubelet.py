@@ -5,10 +5,11 @@ A pod gets its own loopback address (its podIP and hostIP, see `network`), a dir
 volumes (ConfigMap and Secret files, emptyDirs), and per container a working directory, a
 termination message file and a log file (stdout and stderr together, one file per start).
 Container paths in command, args and env values are mapped to those host paths, and pod DNS
-names to addresses. Processes run in a process group of their own, so that stopping a
-container stops everything it started: SIGTERM, then SIGKILL when the (scaled) grace period is
-over; when a container's main process ends, what it left running is killed, in its process
-group or not (`leftovers`, a runtime's cgroup).
+names to addresses. Processes run in a process group of their own. Stopping a container sends
+SIGTERM to its main process only (a runtime sends it to the container's PID 1), then SIGKILL to
+everything it started when the (scaled) grace period is over; when a container's main process
+ends, what it left running is killed, in its process group or not (`leftovers`, a runtime's
+cgroup).
 """
 
 from __future__ import annotations
@@ -223,7 +224,7 @@ class Kubelet:
                     continue
                 if c.stop_deadline is None:
                     c.stop_deadline = now + self.settings.stop_grace_s
-                    _signal_group(c.proc, signal.SIGTERM)
+                    _terminate(c.proc)
                 elif now >= c.stop_deadline:
                     _signal_group(c.proc, signal.SIGKILL)
             return
@@ -338,7 +339,7 @@ class Kubelet:
         grace = (run.pod.get("spec") or {}).get("terminationGracePeriodSeconds")
         run.stop_deadline = now + self.settings.grace_seconds(grace, keys.DEFAULT_GRACE_SECONDS)
         for c in run.live():
-            _signal_group(c.proc, signal.SIGTERM)
+            _terminate(c.proc)
         if run.live():
             timer = threading.Timer(max(0.0, run.stop_deadline - now) + 0.01, self.wake)
             timer.daemon = True
@@ -351,7 +352,7 @@ class Kubelet:
             deadline = time.time() + timeout
             for run in runs:
                 for c in run.live():
-                    _signal_group(c.proc, signal.SIGTERM)
+                    _terminate(c.proc)
             for run in runs:
                 for c in run.live():
                     try:
@@ -437,6 +438,18 @@ class Kubelet:
 
 def _marker(run: PodRun, c: ContainerRun) -> str:
     return leftovers.marker_value(uid(run.pod), c.name, c.restart_count)
+
+
+def _terminate(proc: subprocess.Popen | None) -> None:
+    """The stop signal, to the container's main process only, as a runtime sends it to the
+    container's PID 1: what the main process started gets it only if the main process passes it
+    on, and is SIGKILLed with the rest when the grace period is over or the main process ends."""
+    if proc is None:
+        return
+    try:
+        os.kill(proc.pid, signal.SIGTERM)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _signal_group(proc: subprocess.Popen | None, sig: int) -> None:
