@@ -235,6 +235,19 @@ MODULES: dict[str, list[str]] = {
     "operator/tpujob/local/executor/nodes.py": ["tests/executor/test_nodes_unit.py"],
     "operator/tpujob/local/executor/provisioner.py": ["tests/executor/test_provisioner_unit.py"],
     "operator/tpujob/local/executor/leftovers.py": ["tests/executor/test_leftovers_unit.py"],
+    "trainer/tpujob_trainer/optim.py": ["tests/trainer/test_optim.py"],
+    "operator/tpujob/gcp/workload_policy.py": ["tests/gcp/test_workload_policy_unit.py",
+                                              "tests/gcp/test_compute_api_unit.py",
+                                              "tests/gcp/test_ensure.py",
+                                              "tests/operator/test_webhook_and_policies.py"],
+    "operator/tpujob/controller/admission.py": VALIDATION_TESTS,
+    "operator/tpujob/maxtext_args.py": ["tests/builders/test_foreign_preflight.py"],
+    "trainer/tpujob_trainer/lifeline.py": ["tests/trainer/test_lifeline.py"],
+    "trainer/tpujob_trainer/distributed.py": ["tests/trainer/test_lifeline.py",
+                                              "tests/trainer/test_faults.py", "-k",
+                                              "lifeline or coordinator or killed"],
+    **{f"trainer/tpujob_trainer/data/{name}.py": ["tests/trainer_io/test_data.py"]
+       for name in ("sources", "files", "tokenizer")},
     **{f"operator/tpujob/local/executor/{name}.py": ["tests/executor/test_policies_unit.py"]
        for name in ("failure_policy", "jobset_children", "jobset_status", "jobset_controller")},
     "operator/tpujob/local/executor/container_env.py": ["tests/executor/test_podenv_unit.py"],
@@ -389,6 +402,19 @@ MODULES: dict[str, list[str]] = {
 # Survivors judged equivalent (no test can tell them from the original), with why: (module,
 # the source line as written, the mutation) -> reason. The report counts them apart.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("operator/tpujob/gcp/workload_policy.py", "operation_timeout_s: float = 300.0) -> WorkloadPolicyResult:",
+     "300.0 -> 450.0"):
+        "a default no product caller takes (both pass WorkloadPolicySettings.operation_timeout_s); "
+        "the tests' fake operations are done at once",
+    ("operator/tpujob/maxtext_args.py", "@dataclass(frozen=True)", "True -> False"):
+        "nothing assigns to a reading after `read_maxtext_settings` makes it",
+    ("operator/tpujob/gcp/workload_policy.py", "@dataclass(frozen=True)", "True -> False"):
+        "nothing assigns to a policy's spec or result after they are made, nor hashes them",
+    ("trainer/tpujob_trainer/optim.py",
+     "[optax.linear_schedule(0.0, peak, max(warmup, 1)), optax.constant_schedule(peak)],",
+     "1 -> 0"):
+        "the linear piece is used only before step `warmup`: with no warmup the join at step 0 "
+        "never reaches it (a ramp of 0 steps would only make optax warn)",
     ("operator/tpujob/planning.py", "@dataclass(frozen=True)", "True -> False"):
         "nothing assigns to, hashes or compares these requests and results after they are made",
     **{("operator/tpujob/planning.py", line, change):

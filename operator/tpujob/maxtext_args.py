@@ -14,7 +14,7 @@ from __future__ import annotations
 import re
 import shlex
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 # tpujob's mesh axes, which the topology check knows; MaxText has more (stage, sequence,
 # fsdp_transpose, tensor_transpose, ...): a run that sets one of those above 1 is not checked.
@@ -25,15 +25,16 @@ _BATCH = re.compile(r"^(?:--)?(per_device_batch_size|gradient_accumulation_steps
 
 @dataclass(frozen=True)
 class MaxTextSettings:
-    """What a command line says about MaxText's mesh and batch (MaxText's defaults filled in)."""
+    """What a command line says about MaxText's mesh and batch (MaxText's defaults filled in:
+    `read_maxtext_settings` makes them)."""
 
-    found: bool = False                      # any MaxText mesh or batch setting at all
-    ici: dict[str, int] = field(default_factory=lambda: {"fsdp": -1})
-    dcn: dict[str, int] = field(default_factory=lambda: {"data": -1})
-    unchecked: dict[str, int] = field(default_factory=dict)  # e.g. {"ici_pipeline": 2}
-    per_device_batch_size: float | None = None
-    grad_accum: int = 1
-    words: tuple[str, ...] = ()              # the settings as written, for messages
+    found: bool                              # any MaxText mesh or batch setting at all
+    ici: dict[str, int]
+    dcn: dict[str, int]
+    unchecked: dict[str, int]                # e.g. {"ici_pipeline": 2}
+    per_device_batch_size: float | None
+    grad_accum: int
+    words: tuple[str, ...]                   # the settings as written, for messages
 
 
 def _words(command: Iterable[str]) -> list[str]:

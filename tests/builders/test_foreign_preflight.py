@@ -29,6 +29,9 @@ def _job(slice_name="tpu7x-64", command=MAXTEXT, args=(), slices=1) -> dict:
     (["ici_pipeline_parallelism=2", "ici_sequence_parallelism=1"], {"fsdp": -1}, {"data": -1},
      {"ici_pipeline": 2}, None, 1),
     (["python", "train.py", "--lr=3e-4"], {"fsdp": -1}, {"data": -1}, {}, None, 1),
+    # Unbalanced quotes (no shell would run it, but the check still reads it word by word).
+    (["bash", "-c", "python3 -m maxtext.train ici_fsdp_parallelism=4 run_name=it's"],
+     {"fsdp": 4}, {"data": -1}, {}, None, 1),
 ])
 def test_read_settings(words, ici, dcn, unchecked, batch, accum):
     mt = read_maxtext_settings(words)

@@ -39,10 +39,13 @@ def job(phase=None, **spec):
     (job(scheduling={"queueName": "q", "priority": "high"}),
      job("Running", scheduling={"queueName": "q", "priority": "low"}), None),
     (job(scheduling={"queueName": "q", "priority": "high"}),
-     job("Running", scheduling={"queueName": "q"}), "spec.scheduling.priority cannot be added"),
+     job("Running", scheduling={"queueName": "q"}),
+     "spec.scheduling.priority cannot be added while the job is Running (Kueue refuses it for an "
+     "admitted job); set spec.suspend to true in the same change"),
     (job(scheduling={"queueName": "q"}),
      job("Running", scheduling={"queueName": "q", "priority": "low"}),
-     "spec.scheduling.priority cannot be removed"),
+     "spec.scheduling.priority cannot be removed while the job is Running (Kueue refuses it for "
+     "an admitted job); set it to another WorkloadPriorityClass"),
     (job(scheduling={"queueName": "q", "priority": "high"}),
      job("Queued", scheduling={"queueName": "q"}), None),
     (job(scheduling={"queueName": "q", "unscheduledWarningSeconds": 60}),

@@ -161,3 +161,36 @@ def test_reasons_tell_classes_apart():
     leaves = [c for c in ERROR_CLASSES if c is not ComputeError
               and c is not gcp.CredentialsRefreshFailed]
     assert len({c.reason for c in leaves}) == len(leaves)
+
+
+class _CreatingClient:
+    """A Compute client whose policy is missing and whose insert is done at once, answering
+    with `operation` (what Compute Engine's region operation says when it is DONE)."""
+
+    def __init__(self, operation: dict):
+        self.operation = operation
+
+    def get_resource_policy(self, project, region, name):
+        return None
+
+    def insert_resource_policy(self, project, region, body, request_id):
+        return self.operation
+
+    def wait_region_operation(self, project, region, operation, timeout_s):
+        return operation
+
+    def resource_policy_url(self, project, region, name=None):
+        return f"https://compute.example/projects/{project}/regions/{region}/resourcePolicies/{name}"
+
+
+@pytest.mark.parametrize("operation, self_link", [
+    # The operation names the policy it made: that link, whatever the client's base URL.
+    ({"status": "DONE", "targetLink": "https://www.googleapis.com/compute/v1/projects/p/regions/"
+      "r/resourcePolicies/n"},
+     "https://www.googleapis.com/compute/v1/projects/p/regions/r/resourcePolicies/n"),
+    # An operation without one: the policy's URL as the client would read it.
+    ({"status": "DONE"}, "https://compute.example/projects/p/regions/r/resourcePolicies/n"),
+])
+def test_a_created_policy_s_link_is_the_one_the_operation_names(operation, self_link):
+    result = gcp.ensure_workload_policy(_CreatingClient(operation), "p", "r", "n", "2x4x4")
+    assert result.created and result.self_link == self_link

@@ -11,7 +11,7 @@ from flax import nnx
 from tests.trainer.helpers import TINY_MODEL
 from tpujob_trainer.config import ModelConfig, OptimizerConfig
 from tpujob_trainer.models import Decoder
-from tpujob_trainer.optim import build_optimizer, build_schedule, decay_mask, muon_labels
+from tpujob_trainer.optim import MUON_DIMS, build_optimizer, build_schedule, decay_mask, muon_labels
 from tpujob_trainer.step import init_state, train_step
 
 pytestmark = pytest.mark.integration
@@ -34,6 +34,14 @@ def test_warmup_then_cosine_to_min():
     assert [round(float(c(i)), 3) for i in (0, 2, 4, 50)] == [0.0, 0.5, 1.0, 1.0]
 
 
+@pytest.mark.parametrize("warmup", [10, 25])
+def test_a_warmup_as_long_as_the_run_or_longer_ramps_over_the_run(warmup):
+    """Cosine with no steps left after the warmup (a short trial run of a long config): the
+    warmup takes the run's steps, then the peak; no cosine of zero steps (optax refuses one)."""
+    s = build_schedule(OptimizerConfig(lr=1.0, warmup_steps=warmup, min_lr_ratio=0.1), 10, 1.0)
+    assert [round(float(s(i)), 3) for i in (0, 5, 10, 20)] == [0.0, 0.5, 1.0, 1.0]
+
+
 def test_decay_mask_and_muon_labels():
     params = tiny_params()
     mask = decay_mask(OptimizerConfig(), params)
@@ -45,6 +53,16 @@ def test_decay_mask_and_muon_labels():
     assert labels["layers"][0]["mlp"]["w_in_Dx2xF"] == "muon"
     assert labels["layers"][0]["attn"]["wo_NxHxD"] == "muon"
     assert labels["embed_VxD"] == "adamw" and labels["final_norm"]["scale"] == "adamw"
+
+
+@pytest.mark.parametrize("name,shape,decays", [
+    ("w_out_FxD", (6, 8), True),            # one layer's matrix, unstacked
+    ("w_out_FxD", (2, 6, 8), True),         # stacked over layers
+    ("scale", (8,), False), ("scale", (2, 8), False),
+    ("embed_VxD", (16, 8), False), ("head_DxV", (8, 16), False), ("bias", (8,), False)])
+def test_weight_decay_goes_to_matrices_not_to_vectors_norms_or_embeddings(name, shape, decays):
+    mask = decay_mask(OptimizerConfig(), {name: jnp.zeros(shape)})
+    assert mask[name] is decays
 
 
 def test_weight_decay_skips_norms_and_embeddings():
@@ -140,3 +158,75 @@ def test_muon_on_a_stack_of_layers_is_muon_on_each_layer(name, shape):
     for i in range(3):
         np.testing.assert_allclose(np.asarray(got[name][i]), np.asarray(want[f"l{i}"][name]),
                                    rtol=1e-4, atol=1e-5)
+
+
+def _as_matrices(name: str, w: np.ndarray) -> list[np.ndarray]:
+    """The (input features x output features) matrices a layer weight multiplies by, read from its
+    name's axis letters as the model's einsums use them: the attention's and the MLP's output
+    projections (`wo`, `w_out`) map to D, the others map D to their other axes; E (experts) and
+    2 (the gate/up pair) index independent matrices."""
+    letters = name.rsplit("_", 1)[1].split("x")
+    independent = [i for i, a in enumerate(letters) if a in ("E", "2")]
+    into_d = name.startswith(("wo_", "w_out_"))
+    output = [i for i, a in enumerate(letters)
+              if i not in independent and (a == "D") == into_d]
+    inputs = [i for i in range(len(letters)) if i not in independent and i not in output]
+    moved = np.transpose(w, independent + inputs + output)
+    n_in = int(np.prod([w.shape[i] for i in inputs]))
+    n_out = int(np.prod([w.shape[i] for i in output]))
+    return list(moved.reshape(-1, n_in, n_out))
+
+
+_SIZES = {"D": 8, "N": 2, "K": 1, "H": 4, "F": 6, "E": 3, "2": 2}
+
+
+@pytest.mark.parametrize("name", sorted(MUON_DIMS))
+def test_muon_orthogonalizes_the_matrix_each_weight_multiplies_by(name):
+    """Muon's update of every hidden weight is Muon's update of the plain (input x output)
+    matrix its matmul uses: each weight's reduction and output axes are the right ones."""
+    from optax.contrib import MuonDimensionNumbers, scale_by_muon
+
+    from tpujob_trainer.optim import muon_dims
+
+    shape = tuple(_SIZES[a] for a in name.rsplit("_", 1)[1].split("x"))
+    rng = np.random.default_rng(1)
+    weight = jnp.asarray(rng.normal(size=shape), jnp.float32)
+    grad = np.asarray(rng.normal(size=shape), np.float32)
+    tx = scale_by_muon(weight_dimension_numbers=lambda p: jax.tree.map_with_path(muon_dims, p))
+    got, _ = tx.update({name: jnp.asarray(grad)}, tx.init({name: weight}), {name: weight})
+    plain = scale_by_muon(weight_dimension_numbers=lambda p: jax.tree.map(
+        lambda _: MuonDimensionNumbers(0, 1), p))
+    for got_m, grad_m in zip(_as_matrices(name, np.asarray(got[name])), _as_matrices(name, grad),
+                             strict=True):
+        g = jnp.asarray(grad_m)
+        want, _ = plain.update({"w": g}, plain.init({"w": g}), {"w": g})
+        np.testing.assert_allclose(got_m, np.asarray(want["w"]), rtol=1e-4, atol=1e-5)
+
+
+def test_muon_steps_with_nesterov_momentum():
+    """Muon as its authors run it: Nesterov momentum (the first step alone cannot tell: one
+    gradient orthogonalized is the same at any scale; the second can)."""
+    from optax.contrib import scale_by_muon
+
+    from tpujob_trainer.optim import muon_dims
+
+    rng = np.random.default_rng(2)
+    w = {"w_out_FxD": jnp.asarray(rng.normal(size=(2, 6, 8)), jnp.float32)}
+    grads = [{"w_out_FxD": jnp.asarray(rng.normal(size=(2, 6, 8)), jnp.float32)}
+             for _ in range(2)]
+    cfg = OptimizerConfig(kind="muon", muon_lr=1.0, muon_momentum=0.9, warmup_steps=0,
+                          schedule="constant", clip_norm=None)
+    tx, _ = build_optimizer(cfg, 10)
+    outcomes = {}
+    for nesterov in (True, False):
+        ref = scale_by_muon(beta=0.9, nesterov=nesterov,
+                            weight_dimension_numbers=lambda p: jax.tree.map_with_path(muon_dims, p))
+        state = ref.init(w)
+        for g in grads:
+            outcomes[nesterov], state = ref.update(g, state, w)
+    state = tx.init(w)
+    for g in grads:
+        got, state = tx.update(g, state, w)
+    np.testing.assert_allclose(-np.asarray(got["w_out_FxD"]),
+                               np.asarray(outcomes[True]["w_out_FxD"]), rtol=1e-4, atol=1e-5)
+    assert not np.allclose(outcomes[True]["w_out_FxD"], outcomes[False]["w_out_FxD"], atol=1e-3)
