@@ -246,7 +246,8 @@ MODULES: dict[str, list[str]] = {
     "trainer/tpujob_trainer/distributed.py": ["tests/trainer/test_lifeline.py",
                                               "tests/trainer/test_faults.py", "-k",
                                               "lifeline or coordinator or killed"],
-    **{f"trainer/tpujob_trainer/data/{name}.py": ["tests/trainer_io/test_data.py"]
+    **{f"trainer/tpujob_trainer/data/{name}.py": ["tests/trainer_io/test_data.py",
+                                                  "tests/trainer_io/test_sources_unit.py"]
        for name in ("sources", "files", "tokenizer")},
     **{f"operator/tpujob/local/executor/{name}.py": ["tests/executor/test_policies_unit.py"]
        for name in ("failure_policy", "jobset_children", "jobset_status", "jobset_controller")},
@@ -402,6 +403,21 @@ MODULES: dict[str, list[str]] = {
 # Survivors judged equivalent (no test can tell them from the original), with why: (module,
 # the source line as written, the mutation) -> reason. The report counts them apart.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("trainer/tpujob_trainer/data/sources.py",
+     "np.uint32 if self.windows < 2**32 else np.int64)", "< -> <="):
+        "a permutation of 2**32 windows holds 0 .. 2**32 - 1, which uint32 holds too",
+    ("trainer/tpujob_trainer/data/sources.py",
+     "self.windows = (len(stream) - 1) // self.seq_len if len(stream) > 1 else 0", "> -> >="):
+        "a stream of one token: (1 - 1) // seq_len is 0 windows either way",
+    ("trainer/tpujob_trainer/lifeline.py", "line._peers[conn] = 0", "0 -> 1"):
+        "a follower's only peer is process 0, which `_follow` names itself; the value is not read",
+    **{("trainer/tpujob_trainer/lifeline.py", line, "256 -> 257"):
+       "a read's size: lines are split out of what has been read, whatever its size"
+       for line in ("data = sock.recv(256)", "data = conn.recv(256)")},
+    ("trainer/tpujob_trainer/lifeline.py", "timeout_s: float = 60.0) -> Lifeline | None:",
+     "60.0 -> 90.0"):
+        "a bound on waiting for process 0's port, which is there once the job has assembled; "
+        "the tests see the wait end, not its minute",
     ("operator/tpujob/gcp/workload_policy.py", "operation_timeout_s: float = 300.0) -> WorkloadPolicyResult:",
      "300.0 -> 450.0"):
         "a default no product caller takes (both pass WorkloadPolicySettings.operation_timeout_s); "

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import queue
 import socket
+import struct
 import threading
 import time
 
@@ -20,6 +21,7 @@ class KeyValues:
 
     def __init__(self):
         self.values: dict[str, str] = {}
+        self.waits_ms: list[int] = []
         self._cond = threading.Condition()
 
     def key_value_set(self, key: str, value: str) -> None:
@@ -28,6 +30,7 @@ class KeyValues:
             self._cond.notify_all()
 
     def blocking_key_value_get(self, key: str, timeout_ms: int) -> str:
+        self.waits_ms.append(timeout_ms)
         with self._cond:
             assert self._cond.wait_for(lambda: key in self.values, timeout_ms / 1000)
             return self.values[key]
@@ -65,6 +68,44 @@ def test_process_0_vanishing_is_reported_by_the_others():
     assert lost1.get(timeout=5) == 0
 
 
+def test_every_connection_probes_a_silent_host_within_25_seconds():
+    """A host that vanishes without closing its sockets (power lost, network cut) answers no
+    keepalive probe: noticed 10 s idle + 3 probes 5 s apart later, on both ends."""
+    hub, spoke, _, _ = start_pair()
+    conns = list(hub._peers) + list(spoke._peers)
+    assert len(conns) == 2
+    for conn in conns:
+        assert conn.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert [conn.getsockopt(socket.IPPROTO_TCP, getattr(socket, name)) for name in
+                ("TCP_KEEPIDLE", "TCP_KEEPINTVL", "TCP_KEEPCNT")] == [10, 5, 3]
+    hub.close()
+    spoke.close()
+
+
+def test_without_ipv6_process_0_listens_on_a_free_ipv4_port(monkeypatch):
+    """Where IPv6 is off, process 0 listens on IPv4, on a port the system picks: several jobs'
+    processes on one host each get their own."""
+    from tpujob_trainer import lifeline
+
+    monkeypatch.setattr(lifeline.socket, "has_dualstack_ipv6", lambda: False)
+    servers = [lifeline._listen(None) for _ in range(2)]
+    try:
+        assert all(s.family == socket.AF_INET for s in servers)
+        assert servers[0].getsockname()[1] != servers[1].getsockname()[1]
+    finally:
+        for server in servers:
+            server.close()
+
+
+def test_process_0_vanishing_mid_word_is_a_loss():
+    """Killed while its `done` was on the way (half of it sent): not a normal end."""
+    hub, spoke, _, lost1 = start_pair()
+    for conn in list(hub._peers):
+        conn.sendall(b"do")
+    cut(hub)
+    assert lost1.get(timeout=5) == 0
+
+
 @pytest.mark.parametrize("leaving", ["process 0", "process 1"])
 def test_a_process_that_says_done_first_is_no_loss(leaving):
     hub, spoke, lost0, lost1 = start_pair()
@@ -76,8 +117,57 @@ def test_a_process_that_says_done_first_is_no_loss(leaving):
 
 
 def test_no_lifeline_when_process_0_never_publishes_its_port():
-    assert Lifeline.start(KeyValues(), process_id=1, coordinator_address="127.0.0.1:1",
+    kv = KeyValues()
+    assert Lifeline.start(kv, process_id=1, coordinator_address="127.0.0.1:1",
                           bind_address=None, on_lost=print, timeout_s=0.2) is None
+    assert kv.waits_ms == [200]   # it waited as long as it was told
+
+
+def test_the_lifeline_never_holds_a_process_open_at_its_end():
+    start_pair()
+    threads = [t for t in threading.enumerate() if t.name == "tpujob-lifeline"]
+    assert len(threads) >= 2 and all(t.daemon for t in threads)
+
+
+def test_process_0_listens_for_ipv4_and_ipv6_on_a_free_port():
+    """Without a bind address (a pod's), process 0 takes IPv4 and IPv6 connections on one port
+    the system picks, as the coordinator's address may be either."""
+    from tpujob_trainer.lifeline import _listen
+
+    assert socket.has_dualstack_ipv6()
+    servers = [_listen(None) for _ in range(2)]
+    try:
+        ports = [server.getsockname()[1] for server in servers]
+        assert ports[0] != ports[1]
+        for port in ports:
+            for host in ("127.0.0.1", "::1"):
+                socket.create_connection((host, port), timeout=5).close()
+    finally:
+        for server in servers:
+            server.close()
+
+
+def test_what_is_not_a_peer_on_the_port_changes_nothing():
+    """Something else connecting to process 0's port (a scanner, a health check) and sending
+    what is not a greeting: no loss when it goes, and the real peers are still watched."""
+    hub, spoke, lost0, _ = start_pair()
+    port = next(iter(spoke._peers)).getpeername()[1]
+    for junk in (b"hello x\n", b"GET / HTTP/1.0\r\n\r\n", b"done 3\n"):
+        stranger = socket.create_connection(("127.0.0.1", port), timeout=5)
+        stranger.sendall(junk)
+        stranger.close()
+    cut(spoke)
+    assert lost0.get(timeout=5) == 1
+    assert lost0.empty()
+
+
+def test_process_0_s_connection_reset_is_a_loss():
+    """A reset (the peer's host rebooted, a firewall dropped the flow) rather than a close."""
+    hub, spoke, _, lost1 = start_pair()
+    for conn in list(hub._peers):
+        conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        conn.close()
+    assert lost1.get(timeout=5) == 0
 
 
 # The race a killed peer starts in the survivor: its collective fails ("Connection reset by

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import fsspec
 import numpy as np
@@ -251,6 +252,35 @@ def test_tokenizer_file_round_trip_and_packing(corpus):
         build_tokenizer(str(root / "missing.json"))
 
 
+@pytest.mark.unit
+def test_a_tokenizer_that_adds_a_bos_token_and_has_added_tokens(corpus):
+    """A tokenizer.json as Llama's are: a post-processor that puts `<s>` before every text, and a
+    token added after training. The packed stream holds the documents' own tokens and the
+    end-of-document token, no `<s>`; decoding keeps special tokens; the vocabulary counts the
+    added token (model.vocab_size must cover its id)."""
+    tokenizers = pytest.importorskip("tokenizers")
+    root, texts = corpus
+    _train_hf_tokenizer(texts, root / "plain.json")
+    tok = tokenizers.Tokenizer.from_file(str(root / "plain.json"))
+    tok.add_special_tokens(["<s>", "<|extra|>"])
+    bos = tok.token_to_id("<s>")
+    tok.post_processor = tokenizers.processors.TemplateProcessing(
+        single="<s> $A", special_tokens=[("<s>", bos)])
+    tok.save(str(root / "bos.json"))
+    plain = build_tokenizer(str(root / "plain.json"))
+    with_bos = build_tokenizer(str(root / "bos.json"))
+    assert with_bos.vocab_size == tok.token_to_id("<|extra|>") + 1 == plain.vocab_size + 2
+    assert with_bos.encode(texts[0]).tolist() == plain.encode(texts[0]).tolist()
+    assert [x.tolist() for x in with_bos.encode_batch(texts[:3])] == \
+        [plain.encode(t).tolist() for t in texts[:3]]
+    assert with_bos.decode([bos, *plain.encode(texts[0])]) == "<s>" + texts[0]
+    cfg = DataConfig(kind="jsonl", path=str(root / "corpus.jsonl"), tokenizer=str(root / "bos.json"),
+                     shuffle=False)
+    stream = np.concatenate([np.append(plain.encode(t), 1) for t in texts])
+    first = source(cfg, vocab=320).next_batch()
+    assert first.tolist() == [stream[i * SEQ:i * SEQ + SEQ + 1].tolist() for i in range(4)]
+
+
 @pytest.mark.integration
 def test_gcs_sources_equal_local_sources(corpus, gcs_emulator):
     root, texts = corpus
@@ -277,3 +307,56 @@ def test_gcs_sources_equal_local_sources(corpus, gcs_emulator):
             assert all(np.array_equal(a, b) for a, b in zip(batches(r, 6), batches(l_, 6), strict=True))
     with pytest.raises(DataError, match=r"data\.path: no such file or directory: 'gs://"):
         source(DataConfig(kind="text", path=f"{prefix}/nothing-here"))
+
+
+def _token_parts(fs, root: str) -> np.ndarray:
+    """Three .npy parts and one .bin under `root`, and hidden files a reader must skip."""
+    rng = np.random.default_rng(3)
+    parts = [rng.integers(0, 300, n).astype(np.uint16) for n in (7, 3, 11)]
+    for i, part in enumerate(parts):
+        with fs.open(f"{root}/p{i}.npy", "wb") as f:
+            np.save(f, part)
+    tail = rng.integers(0, 300, 9).astype("<u4")
+    with fs.open(f"{root}/p3.bin", "wb") as f:
+        f.write(tail.tobytes())
+    for hidden in (".p0.npy", "_SUCCESS", "_tmp.npy"):
+        with fs.open(f"{root}/{hidden}", "wb") as f:
+            f.write(b"not tokens")
+    return np.concatenate([*parts, tail]).astype(np.int32)
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("where", ["local", "memory"])
+def test_token_files_read_ranges_across_parts(tmp_path, where):
+    """Ranges that span several parts, an empty one, read from local files (memory-mapped) and
+    from a remote filesystem (ranged reads, several per call); hidden files skipped."""
+    from tpujob_trainer.data.files import TokenFiles, list_files
+
+    root = str(tmp_path) if where == "local" else f"memory://tokens-{tmp_path.name}"
+    fs, _ = fsspec.core.url_to_fs(root)
+    whole = _token_parts(fs, root)
+    fs, files = list_files(root, suffixes=(".npy", ".bin"))
+    assert [f.rsplit("/", 1)[-1] for f in files] == ["p0.npy", "p1.npy", "p2.npy", "p3.bin"]
+    tokens = TokenFiles(fs, files, "uint32")
+    assert len(tokens) == len(whole) == 30
+    ranges = [(0, 30), (5, 12), (8, 8), (6, 22), (29, 30)]
+    got = tokens.read_many(ranges)
+    assert [g.dtype for g in got] == [np.int32] * len(ranges)
+    assert [g.tolist() for g in got] == [whole[a:b].tolist() for a, b in ranges]
+
+
+@pytest.mark.unit
+@pytest.mark.parametrize("array", [np.zeros((2, 3), np.int32), np.zeros(4, np.float32)])
+def test_a_npy_that_is_not_1d_integers_is_refused_naming_the_file(tmp_path, array):
+    np.save(tmp_path / "bad.npy", array)
+    with pytest.raises(DataError, match=r"^data\.path: " + re.escape(str(tmp_path / "bad.npy"))
+                       + r" holds a \w+ array of shape .*; expected a 1-D integer array"):
+        source(DataConfig(kind="tokens", path=str(tmp_path / "bad.npy")))
+
+
+@pytest.mark.unit
+def test_a_file_that_is_not_npy_is_refused_naming_it_as_given(tmp_path):
+    (tmp_path / "bad.npy").write_bytes(b"not an array")
+    with pytest.raises(DataError, match=r"^data\.path: " + re.escape(str(tmp_path / "bad.npy"))
+                       + " is not a .npy file"):
+        source(DataConfig(kind="tokens", path=str(tmp_path / "bad.npy")))
