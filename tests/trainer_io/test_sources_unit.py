@@ -56,7 +56,7 @@ def test_synthetic_rows_are_the_documented_function_of_seed_step_and_row(pattern
     """Row r of step k's global batch comes from Philox keyed (seed, k x global_batch + r):
     `random` draws seq_len+1 ids in [0, vocab); `ramp` starts at an id in [0, vocab) and steps
     by 1 to 7, modulo vocab. A resumed run, on any number of processes, sees the same rows."""
-    seq, batch, vocab, seed = 6, 8, 11, 5
+    seq, batch, vocab, seed = 6, 8, 11, 2**40 + 5
     procs = [_build(DataConfig(kind="synthetic", synthetic_pattern=pattern), seq=seq,
                     batch=batch, p=p, n=2, vocab=vocab, seed=seed) for p in range(2)]
     for step in range(25):
@@ -69,6 +69,24 @@ def test_synthetic_rows_are_the_documented_function_of_seed_step_and_row(pattern
                 start, stride = rng.integers(0, vocab), rng.integers(1, 8)
                 want = (start + stride * np.arange(seq + 1)) % vocab
             assert got[row].tolist() == want.tolist(), (step, row)
+
+
+def test_a_seed_of_any_size_is_taken_modulo_2_to_the_64():
+    big, small = (_build(DataConfig(kind="synthetic"), seed=seed) for seed in (2**64 + 9, 9))
+    assert big.next_batch().tolist() == small.next_batch().tolist()
+
+
+def test_each_epoch_s_window_order_is_a_permutation_keyed_by_seed_and_epoch(tmp_path):
+    """Shuffled, epoch e reads the windows in the order of Philox (seed, e)'s permutation."""
+    np.save(tmp_path / "t.npy", np.arange(97, dtype=np.int32) % 50)     # 12 windows of 9
+    cfg = DataConfig(kind="tokens", path=str(tmp_path / "t.npy"), shuffle=True)
+    seed = 2**64 + 2**40 + 7
+    src = _build(cfg, batch=4, seed=seed)
+    for epoch in range(3):
+        order = _philox(seed % 2**64, epoch).permutation(12)
+        for k in range(3):
+            starts = [int(row[0]) for row in src.next_batch()]
+            assert starts == [int(w) * 8 % 50 for w in order[4 * k:4 * k + 4]], (epoch, k)
 
 
 @pytest.mark.parametrize("length, windows", [(1, 0), (8, 0), (9, 1), (16, 1), (17, 2), (24, 2)])

@@ -1,0 +1,149 @@
+"""What a process says and does when the job does not assemble or a peer goes: the join failure's
+account per process, the news a failing peer posts, a vanished peer's account (and process 0
+relaying it), and the topology check; in one process, with the coordination service's client
+and the exit stood in for."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+
+import pytest
+
+from tpujob_trainer import distributed
+from tpujob_trainer.env import ProcessEnv
+from tpujob_trainer.exits import Reason, TrainerExit
+
+pytestmark = pytest.mark.unit
+
+
+def test_a_join_failure_is_fatal_on_process_0_and_retried_elsewhere():
+    coordinator = ProcessEnv(coordinator_address="10.0.0.1:8476", process_id=0, process_count=4,
+                             init_timeout_s=30)
+    assert distributed._join_failure_reason(coordinator) is Reason.MESH_MISMATCH
+    assert distributed._describe_join_failure(coordinator) == (
+        "process 0 of 4 (the coordinator, at 10.0.0.1:8476) could not join the other processes "
+        "within 30s (TPUJOB_INIT_TIMEOUT_S): not every process of the job started, or the "
+        "others cannot reach this address")
+    peer = ProcessEnv(coordinator_address="127.0.0.1:1", process_id=3, process_count=4,
+                      init_timeout_s=30)
+    assert distributed._join_failure_reason(peer) is Reason.PEER_LOST
+    text = distributed._describe_join_failure(peer)
+    assert text.startswith("process 3 of 4 could not join the job through the coordinator "
+                           "(process 0) at 127.0.0.1:1 within 30s (TPUJOB_INIT_TIMEOUT_S): "
+                           "nothing answers at 127.0.0.1:1 (")
+    assert "Check that process 0 is running and that TPUJOB_COORDINATOR_ADDRESS" in text
+
+
+def test_the_probe_says_whether_anything_listens_at_the_coordinator_s_address():
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        address = f"127.0.0.1:{server.getsockname()[1]}"
+        assert distributed._probe(address).startswith(
+            f"something at {address} accepts connections, but the job did not assemble")
+    assert distributed._probe(address).startswith(f"nothing answers at {address} (")
+    with socket.create_server(("::1", 0), family=socket.AF_INET6) as server:
+        address = f"[::1]:{server.getsockname()[1]}"
+        assert distributed._probe(address).startswith(f"something at {address} accepts")
+
+
+@pytest.mark.parametrize("news, text", [
+    ({"process": 2, "reason": "DataError", "message": "data.path: no such file"},
+     "process 2 failed (DataError: data.path: no such file); stopping with it"),
+    ({"process": 1, "text": "process 1 vanished without a reason: ..."},
+     "process 1 vanished without a reason: ..."),
+])
+def test_the_news_a_peer_posts_in_words(news, text):
+    assert distributed._news_text(json.dumps(news)) == text
+
+
+class _Client:
+    """The coordination service's key-value calls `_peer_vanished` makes."""
+
+    def __init__(self, values: dict[str, str]):
+        self.values = dict(values)
+        self.sets: dict[str, str] = {}
+
+    def key_value_try_get(self, key: str) -> str:
+        if key not in self.values:
+            raise KeyError(key)   # the real client raises (NOT_FOUND) for a missing key
+        return self.values[key]
+
+    def key_value_set(self, key: str, value: str, allow_overwrite: bool = False) -> None:
+        self.sets[key] = value
+
+
+class _Jax:
+    def __init__(self, index: int, count: int):
+        self._index, self._count = index, count
+
+    def process_index(self) -> int:
+        return self._index
+
+    def process_count(self) -> int:
+        return self._count
+
+
+@pytest.fixture
+def peer_world(monkeypatch):
+    """Process `me` of `count`, its key-value store, and the accounts it would leave with."""
+    left: list[tuple[Reason, str]] = []
+
+    def world(me: int, count: int, values: dict[str, str] | None = None) -> _Client:
+        client = _Client(values or {})
+        monkeypatch.setattr(distributed, "jax", _Jax(me, count))
+        monkeypatch.setattr(distributed, "coordination_client", lambda: client)
+        monkeypatch.setattr(distributed, "_stopping", threading.Event())
+        monkeypatch.setattr(distributed, "_leave", lambda reason, message: left.append(
+            (reason, message)))
+        return client
+    world.left = left
+    return world
+
+
+def test_a_vanished_peer_ends_process_0_which_tells_the_others(peer_world):
+    client = peer_world(me=0, count=4)
+    distributed._peer_vanished(2)
+    (reason, message), = peer_world.left
+    assert reason is Reason.PEER_LOST
+    assert message.startswith("process 2 vanished without a reason: its connection to process 0 "
+                              "closed (killed, e.g. by SIGKILL or the OOM killer")
+    # Processes 1 and 3 wait in a collective for process 2: process 0 relays the account.
+    assert sorted(client.sets) == ["tpujob/news/1", "tpujob/news/3"]
+    assert all(json.loads(v) == {"process": 2, "text": message} for v in client.sets.values())
+
+
+def test_the_coordinator_vanishing_ends_a_peer_without_a_relay(peer_world):
+    client = peer_world(me=1, count=4)
+    distributed._peer_vanished(0)
+    (reason, message), = peer_world.left
+    assert message.startswith("process 0 (the coordinator) vanished without a reason: its "
+                              "connection to process 1 closed")
+    assert client.sets == {}
+
+
+def test_a_peer_that_posted_its_reason_is_left_to_the_news_watcher(peer_world):
+    news = json.dumps({"process": 2, "reason": "DataError", "message": "bad data"})
+    peer_world(me=1, count=4, values={"tpujob/news/1": news})
+    distributed._peer_vanished(2)
+    assert peer_world.left == []
+
+
+def test_a_process_that_is_leaving_itself_reports_no_peer(peer_world):
+    peer_world(me=0, count=2)
+    distributed._stopping.set()
+    distributed._peer_vanished(1)
+    assert peer_world.left == []
+
+
+@pytest.mark.parametrize("expected, says", [
+    (dict(process_count=2), "JAX sees 1 process(es) but the job expects 2: only part of the job "
+                            "started"),
+    (dict(expected_devices=16), "devices over 1 process(es) but the job expects 16: only part of "
+                                "the slice is in this run (e.g. only worker 0 started)"),
+])
+def test_a_job_that_sees_part_of_its_slice_stops(expected, says):
+    with pytest.raises(TrainerExit) as e:
+        distributed.check_topology(ProcessEnv(**expected))
+    assert e.value.reason is Reason.MESH_MISMATCH and says in str(e.value)
+    distributed.check_topology(ProcessEnv(expected_devices=distributed.jax.device_count()))
