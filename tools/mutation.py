@@ -405,6 +405,18 @@ MODULES: dict[str, list[str]] = {
 # Survivors judged equivalent (no test can tell them from the original), with why: (module,
 # the source line as written, the mutation) -> reason. The report counts them apart.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("trainer/tpujob_trainer/distributed.py", "def stop_watching(timeout_s: float = 10.0) -> None:",
+     "10.0 -> 15.0"):
+        "a bound on joining the watcher, which `done` releases at once",
+    ("trainer/tpujob_trainer/distributed.py", "_JAX_TIMEOUT_MARGIN_S = 30", "30 -> 31"):
+        "a margin: the watchdog fires at the job's own timeout, long before JAX's, either way",
+    ("trainer/tpujob_trainer/distributed.py", "_WATCH_INTERVAL_MS = 60_000", "60000 -> 60001"):
+        "how long one blocking read of the news waits before the watcher reads again: news "
+        "ends the read at once whatever its bound",
+    ("trainer/tpujob_trainer/distributed.py", "PEER_ACCOUNT_WAIT_S = 5.0", "5.0 -> 7.5"):
+        "a bound on waiting for the lifeline's account, which comes in milliseconds when it comes",
+    ("trainer/tpujob_trainer/distributed.py", "watchdog.daemon = True", "True -> False"):
+        "the watchdog is cancelled in `initialize`'s finally, before the process can end",
     **{("trainer/tpujob_trainer/data/sources.py",
         "np.uint32 if self.windows < 2**32 else np.int64)", change):
        "the permutation's integer type, not its values: windows index the same tokens either "

@@ -147,3 +147,63 @@ def test_a_job_that_sees_part_of_its_slice_stops(expected, says):
         distributed.check_topology(ProcessEnv(**expected))
     assert e.value.reason is Reason.MESH_MISMATCH and says in str(e.value)
     distributed.check_topology(ProcessEnv(expected_devices=distributed.jax.device_count()))
+
+
+class _Line:
+    def __init__(self):
+        self.closed = False
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.mark.parametrize("multiprocess", [True, False])
+def test_a_normal_end_says_done_to_the_peers_and_releases_the_watcher(monkeypatch, multiprocess):
+    """The lifeline says `done` (this exit is no loss to the peers); the news watcher, blocked
+    on this process's key, is released by `done` there and joined. A single process has
+    neither a client nor a watcher: nothing to do, nothing raised."""
+    client = _Client({}) if multiprocess else None
+    line = _Line()
+    released = threading.Event()
+    watcher = threading.Thread(target=released.wait, args=(5,)) if multiprocess else None
+    if watcher is not None:
+        watcher.start()
+        monkeypatch.setattr(_Client, "key_value_set", lambda self, key, value, **kw: (
+            self.sets.__setitem__(key, value), released.set()))
+    monkeypatch.setattr(distributed, "jax", _Jax(1, 2 if multiprocess else 1))
+    monkeypatch.setattr(distributed, "coordination_client", lambda: client)
+    monkeypatch.setattr(distributed, "_stopping", threading.Event())
+    monkeypatch.setattr(distributed, "_lifeline", line if multiprocess else None)
+    monkeypatch.setattr(distributed, "_watcher", watcher)
+    distributed.stop_watching(timeout_s=5)
+    assert distributed._stopping.is_set()
+    if multiprocess:
+        assert line.closed and client.sets == {"tpujob/news/1": "done"}
+        assert not watcher.is_alive()
+
+
+@pytest.mark.parametrize("me", [0, 2])
+def test_a_failing_process_posts_its_reason_to_every_other(monkeypatch, me):
+    """And process 0, which hosts the coordination service, waits a moment before it goes, so
+    that the others read the news rather than lose the service."""
+    client, slept = _Client({}), []
+    monkeypatch.setattr(distributed, "jax", _Jax(me, 3))
+    monkeypatch.setattr(distributed, "coordination_client", lambda: client)
+    monkeypatch.setattr(distributed, "_stopping", threading.Event())
+    monkeypatch.setattr(distributed.time, "sleep", slept.append)
+    distributed.announce_failure(Reason.DATA_ERROR, "data.path: no such file " + "x" * 600)
+    others = sorted({0, 1, 2} - {me})
+    assert sorted(client.sets) == [f"tpujob/news/{p}" for p in others]
+    news = json.loads(client.sets[f"tpujob/news/{others[0]}"])
+    assert news["process"] == me and news["reason"] == Reason.DATA_ERROR.value
+    assert len(news["message"]) == 500 and news["message"].startswith("data.path: no such file")
+    assert slept == ([1.0] if me == 0 else [])
+    assert distributed._stopping.is_set()
+
+
+def test_a_single_process_failing_has_no_one_to_tell(monkeypatch):
+    monkeypatch.setattr(distributed, "coordination_client", lambda: None)
+    monkeypatch.setattr(distributed, "_stopping", threading.Event())
+    monkeypatch.setattr(distributed.time, "sleep", lambda s: pytest.fail("slept"))
+    distributed.announce_failure(Reason.DATA_ERROR, "no data")
+    assert distributed._stopping.is_set()
