@@ -122,11 +122,22 @@ def test_the_coordinator_vanishing_ends_a_peer_without_a_relay(peer_world):
     assert client.sets == {}
 
 
-def test_a_peer_that_posted_its_reason_is_left_to_the_news_watcher(peer_world):
+@pytest.mark.parametrize("me, gone", [(1, 2), (0, 1), (3, 1)])
+def test_a_peer_that_posted_its_reason_is_left_to_the_news_watcher(peer_world, me, gone):
+    news = json.dumps({"process": gone, "reason": "DataError", "message": "bad data"})
+    peer_world(me=me, count=4, values={f"tpujob/news/{me}": news})
+    distributed._peer_vanished(gone)
+    assert peer_world.left == []
+
+
+def test_the_coordinator_vanishing_is_reported_whatever_news_there_is(peer_world):
+    """Process 0's death takes the coordination service with it: no news can follow it, so a
+    lost coordinator is reported at once, without looking for any."""
     news = json.dumps({"process": 2, "reason": "DataError", "message": "bad data"})
     peer_world(me=1, count=4, values={"tpujob/news/1": news})
-    distributed._peer_vanished(2)
-    assert peer_world.left == []
+    distributed._peer_vanished(0)
+    (reason, message), = peer_world.left
+    assert message.startswith("process 0 (the coordinator) vanished without a reason")
 
 
 def test_a_process_that_is_leaving_itself_reports_no_peer(peer_world):
@@ -207,3 +218,29 @@ def test_a_single_process_failing_has_no_one_to_tell(monkeypatch):
     monkeypatch.setattr(distributed.time, "sleep", lambda s: pytest.fail("slept"))
     distributed.announce_failure(Reason.DATA_ERROR, "no data")
     assert distributed._stopping.is_set()
+
+
+class _Leaving:
+    def __init__(self, comes: bool):
+        self.comes, self.waits = comes, []
+
+    def wait(self, timeout):
+        self.waits.append(timeout)
+        return self.comes
+
+
+@pytest.mark.parametrize("watched, comes, waits", [
+    (False, False, []),        # a single process: no account can come from elsewhere
+    (True, False, [2.5]),      # nothing came within the bound: the main thread's own account
+    (True, True, [2.5]),       # the account came: wait for its writer to end the process
+])
+def test_a_failed_collective_waits_for_the_peer_s_account_only_where_one_can_come(
+        monkeypatch, watched, comes, waits):
+    leaving, lock = _Leaving(comes), threading.Lock()
+    monkeypatch.setattr(distributed, "_leaving", leaving)
+    monkeypatch.setattr(distributed, "_exit_lock", lock)
+    monkeypatch.setattr(distributed, "_lifeline", _Line() if watched else None)
+    monkeypatch.setattr(distributed, "_watcher", None)
+    distributed.defer_to_peer_account(timeout_s=2.5)
+    assert leaving.waits == waits
+    assert lock.locked() is comes     # taken (and, in a real exit, never given back)
