@@ -119,14 +119,19 @@ print(p.pid, flush=True)
 """
 
 
-def test_what_a_container_leaves_running_ends_with_it(cluster, executor_factory):
-    name = unique("leftover")
-    main = {"name": "main", "image": "app", "command": [sys.executable, "-c", DETACH]}
+def _run_program(cluster, executor_factory, name: str, program: str):
+    """A one-pod JobSet whose container runs `program` (Python) once; its executor."""
+    main = {"name": "main", "image": "app", "command": [sys.executable, "-c", program]}
     body = _jobset(name, [main])
     body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"].update(
         restartPolicy="Never", volumes=[])
     assert cluster.kube.request("POST", cluster.path(JOBSETS), json=body).status_code == 201
-    executor = executor_factory()
+    return executor_factory()
+
+
+def test_what_a_container_leaves_running_ends_with_it(cluster, executor_factory):
+    name = unique("leftover")
+    executor = _run_program(cluster, executor_factory, name, DETACH)
     done = cluster.wait_jobset(name, lambda j: j.get("status", {}).get("terminalState"),
                                message="the JobSet to finish")
     assert done["status"]["terminalState"] == "Completed"
@@ -167,12 +172,7 @@ def test_a_stopped_container_s_main_process_alone_gets_sigterm(cluster, executor
     `exec` its program, or passes no signal on, lets the program die without its SIGTERM handler
     on a cluster: local mode does the same.)"""
     name = unique("sigterm")
-    main = {"name": "main", "image": "app", "command": [sys.executable, "-c", TERM_ONLY_MAIN]}
-    body = _jobset(name, [main])
-    body["spec"]["replicatedJobs"][0]["template"]["spec"]["template"]["spec"].update(
-        restartPolicy="Never", volumes=[])
-    assert cluster.kube.request("POST", cluster.path(JOBSETS), json=body).status_code == 201
-    executor = executor_factory()
+    executor = _run_program(cluster, executor_factory, name, TERM_ONLY_MAIN)
     pod = wait_for(lambda: next(iter(cluster.pods(name)), None), timeout=60, interval=0.1,
                    message="the pod")
     pod_name = pod["metadata"]["name"]
