@@ -405,6 +405,11 @@ MODULES: dict[str, list[str]] = {
 # Survivors judged equivalent (no test can tell them from the original), with why: (module,
 # the source line as written, the mutation) -> reason. The report counts them apart.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("trainer/tpujob_trainer/distributed.py",
+     'print(f"tpujob-train: {reason.value}: {message}", file=sys.stderr, flush=True)',
+     "True -> False"):
+        "stderr is line-buffered (Python 3.9 and later, interactive or not) and the line ends "
+        "in a newline: it is written either way",
     ("trainer/tpujob_trainer/distributed.py", "def stop_watching(timeout_s: float = 10.0) -> None:",
      "10.0 -> 15.0"):
         "a bound on joining the watcher, which `done` releases at once",

@@ -244,3 +244,36 @@ def test_a_failed_collective_waits_for_the_peer_s_account_only_where_one_can_com
     distributed.defer_to_peer_account(timeout_s=2.5)
     assert leaving.waits == waits
     assert lock.locked() is comes     # taken (and, in a real exit, never given back)
+
+
+class _Exited(Exception):
+    pass
+
+
+def test_leaving_from_a_watcher_thread_writes_the_account_that_stays(tmp_path, monkeypatch,
+                                                                     capsys):
+    """The account is written, kept (no later writer replaces it before the process ends), said
+    on stderr, and the process exits with the reason's code."""
+    from tpujob_trainer import env as envvars
+    from tpujob_trainer import exits
+
+    path = tmp_path / "term"
+    monkeypatch.setenv(envvars.TERMINATION_LOG, str(path))
+    monkeypatch.setattr(exits, "_ENDING_HOOKS", {})
+    monkeypatch.setattr(exits, "_ACCOUNT_LOCK", threading.Lock())
+    monkeypatch.setattr(distributed, "_exit_lock", threading.Lock())
+    monkeypatch.setattr(distributed, "_leaving", threading.Event())
+    codes = []
+
+    def exit_(code):
+        codes.append(code)
+        raise _Exited
+
+    monkeypatch.setattr(distributed.os, "_exit", exit_)
+    with pytest.raises(_Exited):
+        distributed._leave(Reason.PEER_LOST, "process 1 vanished")
+    assert codes == [exits.EXIT_CODES[Reason.PEER_LOST]]
+    assert json.loads(path.read_text()) == {"reason": "PeerLost", "message": "process 1 vanished"}
+    assert exits._ACCOUNT_LOCK.locked() and distributed._exit_lock.locked()
+    assert distributed._leaving.is_set()
+    assert "tpujob-train: PeerLost: process 1 vanished\n" in capsys.readouterr().err
