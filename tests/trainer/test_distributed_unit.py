@@ -277,3 +277,77 @@ def test_leaving_from_a_watcher_thread_writes_the_account_that_stays(tmp_path, m
     assert exits._ACCOUNT_LOCK.locked() and distributed._exit_lock.locked()
     assert distributed._leaving.is_set()
     assert "tpujob-train: PeerLost: process 1 vanished\n" in capsys.readouterr().err
+
+
+class _JaxJoin:
+    """`jax.distributed.initialize` and the device count option `initialize` calls."""
+
+    def __init__(self, error: Exception | None = None):
+        self.calls, self.error = [], error
+        self.distributed = self
+        self.config = self
+
+    def initialize(self, **kwargs):
+        self.calls.append(kwargs)
+        if self.error is not None:
+            raise self.error
+
+    def update(self, name, value):
+        pass
+
+
+@pytest.mark.parametrize("error", [None, RuntimeError("DEADLINE_EXCEEDED: barrier timed out\nmore")])
+def test_joining_waits_past_the_job_s_own_timeout_and_a_failure_is_the_contract_s(
+        monkeypatch, error):
+    """JAX's own timeout is set past the job's, so that the job's watchdog (or JAX's error)
+    ends a join that fails with the contract's account, not JAX's abort."""
+    fake = _JaxJoin(error)
+    monkeypatch.setattr(distributed, "jax", fake)
+    penv = ProcessEnv(coordinator_address="127.0.0.1:1", process_id=1, process_count=2,
+                      init_timeout_s=40)
+    if error is None:
+        distributed.initialize(penv)
+    else:
+        with pytest.raises(TrainerExit) as e:
+            distributed.initialize(penv)
+        assert e.value.reason is Reason.PEER_LOST
+        assert str(e.value).startswith("process 1 of 2 could not join the job")
+        assert str(e.value).endswith("(RuntimeError: DEADLINE_EXCEEDED: barrier timed out)")
+    (call,) = fake.calls
+    assert call == {"coordinator_address": "127.0.0.1:1", "num_processes": 2, "process_id": 1,
+                    "coordinator_bind_address": None, "initialization_timeout": 70}
+
+
+@pytest.mark.parametrize("news, leaves", [
+    ("done", False),
+    (json.dumps({"process": 0, "reason": "DataError", "message": "bad"}), True),
+])
+def test_the_news_watcher_leaves_on_news_and_ends_on_done(monkeypatch, news, leaves):
+    errors, left = [], []
+
+    def leave(reason, message):   # as the real one, never returns (ends its thread here)
+        left.append((reason, message))
+        raise SystemExit
+
+    class Client:
+        def blocking_key_value_get(self, key, timeout_ms):
+            assert key == "tpujob/news/1"
+            return news
+
+    monkeypatch.setattr(distributed, "jax", _Jax(1, 2))
+    monkeypatch.setattr(distributed, "coordination_client", Client)
+    monkeypatch.setattr(distributed, "_stopping", threading.Event())
+    monkeypatch.setattr(distributed, "_leave", leave)
+    monkeypatch.setattr(distributed.Lifeline, "start", lambda *a, **k: None)
+    monkeypatch.setattr(distributed, "_watcher", None)
+    monkeypatch.setattr(distributed, "_lifeline", None)
+    monkeypatch.setattr(threading, "excepthook", errors.append)
+    distributed.watch_for_failures(ProcessEnv(coordinator_address="127.0.0.1:1", process_id=1,
+                                              process_count=2))
+    watcher = distributed._watcher
+    assert watcher.daemon           # never holds the process open at its end
+    watcher.join(10)
+    assert not watcher.is_alive()
+    assert [e.exc_type for e in errors if e.exc_type is not SystemExit] == []
+    assert left == ([(Reason.PEER_LOST, "process 0 failed (DataError: bad); stopping with it")]
+                    if leaves else [])
