@@ -406,6 +406,11 @@ MODULES: dict[str, list[str]] = {
 # the source line as written, the mutation) -> reason. The report counts them apart.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("trainer/tpujob_trainer/distributed.py",
+     "client.key_value_set(_NEWS_KEY.format(jax.process_index()), _DONE, allow_overwrite=True)",
+     "True -> False"):
+        "`done` only has to release a watcher blocked on an empty key; where a peer's news is "
+        "already there the watcher has read it and returns on `_stopping`, set first",
+    ("trainer/tpujob_trainer/distributed.py",
      'print(f"tpujob-train: {reason.value}: {message}", file=sys.stderr, flush=True)',
      "True -> False"):
         "stderr is line-buffered (Python 3.9 and later, interactive or not) and the line ends "

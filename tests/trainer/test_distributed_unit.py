@@ -70,6 +70,8 @@ class _Client:
         return self.values[key]
 
     def key_value_set(self, key: str, value: str, allow_overwrite: bool = False) -> None:
+        if not allow_overwrite and (key in self.values or key in self.sets):
+            raise RuntimeError(f"ALREADY_EXISTS: {key}")   # as the real client refuses it
         self.sets[key] = value
 
 
@@ -210,6 +212,17 @@ def test_a_failing_process_posts_its_reason_to_every_other(monkeypatch, me):
     assert len(news["message"]) == 500 and news["message"].startswith("data.path: no such file")
     assert slept == ([1.0] if me == 0 else [])
     assert distributed._stopping.is_set()
+
+
+def test_a_second_failing_process_s_news_replaces_a_first_s(monkeypatch):
+    """Two processes failing at once both post to process 0's key: the second write replaces
+    the first rather than failing, and the others are still told."""
+    client = _Client({"tpujob/news/0": json.dumps({"process": 1, "reason": "X", "message": "m"})})
+    monkeypatch.setattr(distributed, "jax", _Jax(2, 3))
+    monkeypatch.setattr(distributed, "coordination_client", lambda: client)
+    monkeypatch.setattr(distributed, "_stopping", threading.Event())
+    distributed.announce_failure(Reason.DATA_ERROR, "bad data")
+    assert sorted(client.sets) == ["tpujob/news/0", "tpujob/news/1"]
 
 
 def test_a_single_process_failing_has_no_one_to_tell(monkeypatch):
