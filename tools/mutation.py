@@ -406,6 +406,10 @@ MODULES: dict[str, list[str]] = {
 # the source line as written, the mutation) -> reason. The report counts them apart.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
     ("trainer/tpujob_trainer/distributed.py",
+     "with socket.create_connection((host.strip(\"[]\"), int(port)), timeout=2):", "2 -> 3"):
+        "a bound on the probe's connect, which is answered or refused at once where anything "
+        "is reachable",
+    ("trainer/tpujob_trainer/distributed.py",
      "client.key_value_set(_NEWS_KEY.format(jax.process_index()), _DONE, allow_overwrite=True)",
      "True -> False"):
         "`done` only has to release a watcher blocked on an empty key; where a peer's news is "
