@@ -405,6 +405,9 @@ MODULES: dict[str, list[str]] = {
 # Survivors judged equivalent (no test can tell them from the original), with why: (module,
 # the source line as written, the mutation) -> reason. The report counts them apart.
 EQUIVALENT: dict[tuple[str, str, str], str] = {
+    ("trainer/tpujob_trainer/distributed.py", "_stopping.wait(1.0)", "1.0 -> 2.0"):
+        "the pause before reading the news again after a read failed (a timeout, the service "
+        "going away): a stop ends it at once",
     ("trainer/tpujob_trainer/distributed.py",
      "with socket.create_connection((host.strip(\"[]\"), int(port)), timeout=2):", "2 -> 3"):
         "a bound on the probe's connect, which is answered or refused at once where anything "
