@@ -439,9 +439,10 @@ EQUIVALENT: dict[tuple[str, str, str], str] = {
        "the permutation's integer type, not its values: windows index the same tokens either "
        "way (`< -> <=`: 2**32 windows hold 0 .. 2**32 - 1, which uint32 holds too)"
        for change in ("< -> <=", "** -> *", "2 -> 3", "32 -> 33")},
-    ("trainer/tpujob_trainer/data/sources.py",
-     "self.windows = (len(stream) - 1) // self.seq_len if len(stream) > 1 else 0", "> -> >="):
-        "a stream of one token: (1 - 1) // seq_len is 0 windows either way",
+    **{("trainer/tpujob_trainer/data/sources.py",
+        "self.windows = (len(stream) - 1) // self.seq_len if len(stream) > 1 else 0", change):
+       "a stream of one token: (1 - 1) // seq_len is 0 windows either way"
+       for change in ("> -> >=", "1 -> 0")},
     ("trainer/tpujob_trainer/lifeline.py", "line._peers[conn] = 0", "0 -> 1"):
         "a follower's only peer is process 0, which `_follow` names itself; the value is not read",
     **{("trainer/tpujob_trainer/lifeline.py", line, "256 -> 257"):
