@@ -195,6 +195,19 @@ def test_a_normal_end_says_done_to_the_peers_and_releases_the_watcher(monkeypatc
         assert not watcher.is_alive()
 
 
+def test_a_normal_end_before_any_watcher_started_only_stops(monkeypatch):
+    """A multi-process run that ends before it started watching (a config error found early):
+    nothing to release, nothing written, nothing raised."""
+    client = _Client({})
+    monkeypatch.setattr(distributed, "jax", _Jax(1, 2))
+    monkeypatch.setattr(distributed, "coordination_client", lambda: client)
+    monkeypatch.setattr(distributed, "_stopping", threading.Event())
+    monkeypatch.setattr(distributed, "_lifeline", None)
+    monkeypatch.setattr(distributed, "_watcher", None)
+    distributed.stop_watching(timeout_s=5)
+    assert distributed._stopping.is_set() and client.sets == {}
+
+
 @pytest.mark.parametrize("me", [0, 2])
 def test_a_failing_process_posts_its_reason_to_every_other(monkeypatch, me):
     """And process 0, which hosts the coordination service, waits a moment before it goes, so
