@@ -115,6 +115,15 @@ def test_a_vanished_peer_ends_process_0_which_tells_the_others(peer_world):
     assert all(json.loads(v) == {"process": 2, "text": message} for v in client.sets.values())
 
 
+def test_process_0_s_relay_replaces_news_a_peer_already_has(peer_world):
+    """A peer's key may already hold news (another process failed first): the relay replaces
+    it rather than failing, and every later peer is still told."""
+    old = json.dumps({"process": 3, "reason": "X", "message": "m"})
+    client = peer_world(me=0, count=4, values={"tpujob/news/1": old})
+    distributed._peer_vanished(2)
+    assert sorted(client.sets) == ["tpujob/news/1", "tpujob/news/3"]
+
+
 def test_the_coordinator_vanishing_ends_a_peer_without_a_relay(peer_world):
     client = peer_world(me=1, count=4)
     distributed._peer_vanished(0)
