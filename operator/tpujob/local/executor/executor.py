@@ -120,7 +120,8 @@ class Executor:
 
     def stop(self) -> None:
         """Stop the loop and every process it started (SIGTERM to each container's main
-        process, then SIGKILL to everything after at most `stop_grace_s`). The API objects stay as they are, as when a node goes away."""
+        process, then SIGKILL to everything after at most `stop_grace_s`). The API objects stay
+        as they are, as when a node goes away."""
         self._stopping.set()
         self._wake()
         if self._thread is not None:
