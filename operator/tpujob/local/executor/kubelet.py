@@ -444,19 +444,19 @@ def _terminate(proc: subprocess.Popen | None) -> None:
     """The stop signal, to the container's main process only, as a runtime sends it to the
     container's PID 1: what the main process started gets it only if the main process passes it
     on, and is SIGKILLed with the rest when the grace period is over or the main process ends."""
-    if proc is None:
-        return
-    try:
-        os.kill(proc.pid, signal.SIGTERM)
-    except (ProcessLookupError, PermissionError):
-        pass
+    _send(os.kill, proc, signal.SIGTERM)
 
 
 def _signal_group(proc: subprocess.Popen | None, sig: int) -> None:
+    _send(os.killpg, proc, sig)
+
+
+def _send(kill: Callable[[int, int], None], proc: subprocess.Popen | None, sig: int) -> None:
+    """`kill(pid, sig)` for a started process; one already gone is no error."""
     if proc is None:
         return
     try:
-        os.killpg(proc.pid, sig)
+        kill(proc.pid, sig)
     except (ProcessLookupError, PermissionError):
         pass
 
